@@ -1,0 +1,69 @@
+# awq2gguf: pinned llama.cpp + our patch series, stock and patched builds side by side.
+# `make help` lists the targets.
+SHELL := bash
+PYTHON ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMPS := .stamps
+
+.PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
+        setup run test clean distclean
+
+help:
+	@echo "make run            set up everything and benchmark decode, patched vs stock (default model)"
+	@echo "make test           set up everything and run the test suite"
+	@echo "make vendor         fetch and verify the pinned llama.cpp into vendor/llama.cpp"
+	@echo "make patched-build  apply patches/ and build into build/patched"
+	@echo "make stock-build    build the unpatched pin into build/stock"
+	@echo "make patches-export regenerate patches/ from vendor/llama.cpp commits on top of base"
+	@echo "make patches-reset  drop unexported commits in vendor/llama.cpp and re-apply patches/"
+	@echo "make setup          create $(VENV) with torch (local CPU wheel), llama-cpp-python and this package"
+
+vendor:
+	@scripts/vendor.sh
+
+patches-apply: vendor
+	@scripts/apply-patches.sh
+
+patches-export:
+	@scripts/export-patches.sh
+
+patches-reset: vendor
+	@git -C vendor/llama.cpp checkout -q -f awq2gguf && git -C vendor/llama.cpp clean -fdq
+	@rm -f vendor/llama.cpp/.git/awq2gguf-series
+	@scripts/apply-patches.sh
+
+patched-build: patches-apply
+	@scripts/build.sh patched vendor/llama.cpp
+
+stock-build: vendor
+	@scripts/build.sh stock vendor/llama.cpp-stock
+
+builds: stock-build patched-build
+
+# torch first, from the exact local CPU wheel: anything that pulls torch later finds it satisfied.
+# llama-cpp-python is installed from the pinned, hash-checked sdist without its own llama.cpp
+# build; it loads build/<name>/bin/libllama.so through LLAMA_CPP_LIB_PATH.
+$(STAMPS)/setup: pyproject.toml vendor/pin.env | vendor
+	@mkdir -p $(STAMPS)
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --quiet torch==2.13.0
+	source vendor/pin.env && CMAKE_ARGS="-DLLAMA_BUILD=OFF" $(VPY) -m pip install --quiet \
+	    vendor/.cache/llama_cpp_python-$${LLAMA_CPP_PYTHON_VERSION}.tar.gz
+	$(VPY) -m pip install --quiet -e '.[test]'
+	@touch $@
+
+setup: $(STAMPS)/setup
+
+run: setup builds
+	$(VENV)/bin/bench decode
+
+test: setup builds
+	$(VPY) -m pytest
+
+clean:
+	rm -rf build
+
+distclean: clean
+	rm -rf vendor/llama.cpp vendor/llama.cpp-stock vendor/.cache $(VENV) $(STAMPS) models

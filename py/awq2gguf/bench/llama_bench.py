@@ -1,0 +1,42 @@
+"""One llama-bench run of one build, with the child's own peak RSS."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..builds import Build
+from .peak_rss import run_with_peak_rss
+
+
+@dataclass(frozen=True)
+class Run:
+    tokens_per_s: float
+    peak_rss_bytes: int
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def parse_llama_bench_json(text: str) -> float:
+    """tokens/s of the single test in `llama-bench -o json` output."""
+    try:
+        results = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BenchError(f"llama-bench printed no JSON: {text[:200]!r}") from e
+    if len(results) != 1:
+        raise BenchError(f"expected one llama-bench result, got {len(results)}")
+    return float(results[0]["avg_ts"])
+
+
+def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
+    """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test."""
+    cmd = [str(build.tool("llama-bench")), "-m", str(model), "-t", str(threads),
+           "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json"]
+    proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise BenchError(f"{build.name} llama-bench failed ({proc.returncode}) on {model}:\n{tail}")
+    return Run(parse_llama_bench_json(proc.stdout), peak_rss)

@@ -1,0 +1,29 @@
+"""Models for `bench`: the synthetic default, quantized by each build's own llama-quantize."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..builds import Build
+from ..paths import MODELS_DIR
+from ..quantize import quantize
+from ..synthetic import SHAPES, write_synthetic_gguf
+
+
+def synthetic_f16(shape_name: str, log=print) -> Path:
+    path = MODELS_DIR / f"synthetic-{shape_name}-f16.gguf"
+    if not path.is_file():
+        log(f"generating synthetic {shape_name} (random weights, real Qwen2 vocabulary) -> {path}")
+        write_synthetic_gguf(SHAPES[shape_name], path)
+    return path
+
+
+def quantized_by(build: Build, src: Path, qtype: str, log=print) -> Path:
+    """src quantized to qtype by `build`; redone when that build's quantizer is newer than the file."""
+    dst = MODELS_DIR / f"{src.name.removesuffix('-f16.gguf').removesuffix('.gguf')}-{qtype}.{build.name}.gguf"
+    tool = build.tool("llama-quantize")
+    newest_input = max(p.stat().st_mtime for p in (src, tool, build.lib_dir / "libllama.so"))
+    if not dst.is_file() or dst.stat().st_mtime < newest_input:
+        log(f"quantizing {src.name} to {qtype} with the {build.name} llama-quantize -> {dst}")
+        quantize(build, src, dst, qtype)
+    return dst

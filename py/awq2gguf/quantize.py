@@ -1,0 +1,32 @@
+"""Quantize a GGUF with one build's llama-quantize, writing the result atomically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .builds import Build
+
+
+class QuantizeError(RuntimeError):
+    pass
+
+
+def quantize(build: Build, src: Path, dst: Path, qtype: str = "Q4_0", threads: int | None = None,
+             extra_args: tuple[str, ...] = ()) -> Path:
+    """`llama-quantize [extra_args] src dst qtype [threads]`; dst appears only when complete."""
+    dst = Path(dst)
+    tmp = dst.with_name(dst.name + ".tmp")
+    cmd = [str(build.tool("llama-quantize")), *extra_args, str(src), str(tmp), qtype]
+    if threads:
+        cmd.append(str(threads))
+    try:
+        proc = subprocess.run(cmd, env=build.env(), capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+            raise QuantizeError(f"{build.name} llama-quantize failed ({proc.returncode}) on {src}:\n{tail}")
+        os.replace(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dst

@@ -1,0 +1,50 @@
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
+from awq2gguf.quantize import quantize
+from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", params=BUILD_NAMES)
+def build(request):
+    try:
+        return get_build(request.param)
+    except BuildMissing as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def builds():
+    try:
+        return {n: get_build(n) for n in BUILD_NAMES}
+    except BuildMissing as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def tiny_f16(tmp_path_factory):
+    """F16 synthetic models, tied and untied, written once per session."""
+    out = tmp_path_factory.mktemp("synthetic")
+    return {name: write_synthetic_gguf(SHAPES[name], out / f"{name}-f16.gguf")
+            for name in ("tiny-tied", "tiny-untied")}
+
+
+@pytest.fixture(scope="session")
+def tiny_q4_0(tiny_f16, builds, tmp_path_factory):
+    """Each tiny model quantized to Q4_0 by each build: {(shape, build): path}."""
+    out = tmp_path_factory.mktemp("q4_0")
+    return {(shape, b): quantize(builds[b], src, out / f"{shape}-{b}.gguf", "Q4_0")
+            for shape, src in tiny_f16.items() for b in builds}
+
+
+def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:
+    """Greedy generation of n tokens with the build's llama-completion."""
+    return subprocess.run(
+        [str(build.tool("llama-completion")), "-m", str(model), "-p", "The quick brown fox", "-n", str(n),
+         "--ignore-eos", "-no-cnv", "--temp", "0", "-c", "128", "-t", "2", "--seed", "1"],
+        env=build.env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)

@@ -1,0 +1,95 @@
+"""`bench decode/prefill`: output parsing, A/B statistics, the live command, its warnings."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from awq2gguf.bench.llama_bench import BenchError, Run, parse_llama_bench_json
+from awq2gguf.bench.machine import threads_warning
+from awq2gguf.bench.speed import BuildResult, paired_ratios
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_parses_captured_llama_bench_json():
+    assert parse_llama_bench_json((DATA / "llama-bench-tg4-r2.json").read_text()) == pytest.approx(351.124677)
+
+
+def test_garbage_output_is_an_error():
+    with pytest.raises(BenchError, match="no JSON"):
+        parse_llama_bench_json("llama-bench: error loading model\n")
+
+
+def test_paired_ratio_statistics(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"x" * 2**20)
+    a = BuildResult("stock", model, [Run(10.0, 100 * 2**20), Run(20.0, 120 * 2**20), Run(10.0, 90 * 2**20)])
+    b = BuildResult("patched", model, [Run(12.0, 80 * 2**20), Run(22.0, 80 * 2**20), Run(15.0, 80 * 2**20)])
+    r = paired_ratios(b, a)
+    assert r["samples"] == pytest.approx([1.2, 1.1, 1.5])
+    assert (r["median"], r["min"], r["max"]) == pytest.approx((1.2, 1.1, 1.5))
+    s = a.summary()
+    assert s["tokens_per_s"]["median"] == 10.0
+    assert s["ms_per_128_tokens"] == pytest.approx(12800.0)
+    assert s["peak_rss_mib"] == pytest.approx(120.0)
+    assert s["model_size_mib"] == pytest.approx(1.0)
+
+
+def test_threads_above_physical_cores_warns():
+    assert threads_warning(1) is None
+    assert "exceeds" in threads_warning(1024)
+
+
+@pytest.mark.parametrize("kind,flag", [("decode", "--n-gen"), ("prefill", "--n-prompt")])
+def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag):
+    env = {"AWQ2GGUF_MODELS": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    # Place the synthetic F16 where bench looks for it, so it is not regenerated.
+    (tmp_path / "synthetic-tiny-tied-f16.gguf").symlink_to(tiny_f16["tiny-tied"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "awq2gguf.bench.cli", kind, "--shape", "tiny-tied", "--reps", "2",
+         "--threads", "1", flag, "8", "--json"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [b["build"] for b in report["builds"]] == ["stock", "patched"]
+    for b in report["builds"]:
+        assert len(b["tokens_per_s"]["samples"]) == 2 and b["tokens_per_s"]["median"] > 0
+        assert b["peak_rss_mib"] > 1 and Path(b["model"]).name.endswith(f".{b['build']}.gguf")
+    assert len(report["ratios"]["patched"]["samples"]) == 2
+    # Each build ran the file its own quantizer made: patched all-Q4_0 is the smaller one.
+    sizes = {b["build"]: b["model_size_mib"] for b in report["builds"]}
+    assert sizes["patched"] < sizes["stock"]
+
+
+def test_unknown_build_is_rejected():
+    proc = subprocess.run([sys.executable, "-m", "awq2gguf.bench.cli", "decode", "--builds", "stock,fast"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown build(s) fast" in proc.stderr
+
+
+def test_peak_rss_is_the_commands_own_not_the_callers():
+    from awq2gguf.bench.peak_rss import run_with_peak_rss
+
+    ballast = b"x" * (400 * 2**20)  # makes this process large, as bench is after loading a model
+    small, small_peak = run_with_peak_rss(["/bin/true"])
+    big, big_peak = run_with_peak_rss([sys.executable, "-c", "b = bytearray(300 * 2**20); b[::4096] = b'x' * len(b[::4096])"])
+    assert small.returncode == 0 and big.returncode == 0
+    assert small_peak < 60 * 2**20
+    assert 300 * 2**20 < big_peak < 360 * 2**20
+    del ballast
+
+
+def test_busy_machine_guard_triggers_under_load():
+    from awq2gguf.bench.machine import busy_warning, physical_cores
+
+    cores = physical_cores()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]
+    try:
+        assert "busy" in busy_warning(threads=cores, sample_s=1.0)
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
