@@ -25,6 +25,7 @@ fi
 generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 
+mkdir -p "$out"
 if [ ! -f "$out/CMakeCache.txt" ]; then
     cmake -S "$src" -B "$out" "${generator[@]}" "${launcher[@]}" \
         -DCMAKE_BUILD_TYPE=Release \
