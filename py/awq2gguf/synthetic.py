@@ -8,14 +8,14 @@ they would on the real model.
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter
 
+from .gguf_fields import copy_fields
 from .paths import VENDOR_SRC
 
 QWEN2_VOCAB = VENDOR_SRC / "models" / "ggml-vocab-qwen2.gguf"
@@ -93,22 +93,6 @@ def _tensor_values(rng: np.random.Generator, name: str, shape: tuple[int, ...]) 
     return values.astype(np.float16) if len(shape) == 2 else values
 
 
-@functools.cache
-def _tokenizer_fields(vocab_path: Path) -> tuple[tuple[str, object, GGUFValueType], ...]:
-    # GGUFReader takes seconds on a 151k-token vocabulary: read it once per process.
-    reader = GGUFReader(vocab_path)
-    return tuple((key, field.contents(), field.types[0])
-                 for key, field in reader.fields.items() if key.startswith("tokenizer."))
-
-
-def _copy_tokenizer(writer: GGUFWriter, vocab_path: Path) -> None:
-    for key, value, vtype in _tokenizer_fields(vocab_path):
-        if vtype == GGUFValueType.ARRAY:
-            writer.add_array(key, value)
-        else:
-            writer.add_key_value(key, value, vtype)
-
-
 def write_synthetic_gguf(shape: ModelShape, out: Path, seed: int = 0) -> Path:
     """Write `shape` as an F16 GGUF with N(0, 0.02) weights from `seed`; same seed, same bytes."""
     if not QWEN2_VOCAB.is_file():
@@ -128,7 +112,7 @@ def write_synthetic_gguf(shape: ModelShape, out: Path, seed: int = 0) -> Path:
         writer.add_rope_freq_base(shape.rope_theta)
         writer.add_layer_norm_rms_eps(shape.rms_eps)
         writer.add_file_type(1)  # mostly F16
-        _copy_tokenizer(writer, QWEN2_VOCAB)
+        copy_fields(QWEN2_VOCAB, writer, keep=lambda key: key.startswith("tokenizer."))
 
         # Tensor infos first, then data one tensor at a time, so memory stays at one tensor.
         shapes = shape.tensor_shapes()

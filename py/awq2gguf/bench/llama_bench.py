@@ -1,8 +1,10 @@
-"""One llama-bench run of one build, with the child's own peak RSS."""
+"""One speed run of one build, with the child's own peak RSS, by one of two engines:
+the built llama-bench binary, or llama-cpp-python loading the build's libllama.so."""
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,3 +42,15 @@ def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_ge
         tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
         raise BenchError(f"{build.name} llama-bench failed ({proc.returncode}) on {model}:\n{tail}")
     return Run(parse_llama_bench_json(proc.stdout), peak_rss)
+
+
+def run_llama_cpp_python(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
+    cmd = [sys.executable, "-m", "awq2gguf.bench.py_engine", str(model), str(threads), str(n_prompt), str(n_gen)]
+    proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise BenchError(f"{build.name} llama-cpp-python run failed ({proc.returncode}) on {model}:\n{tail}")
+    return Run(json.loads(proc.stdout.strip().splitlines()[-1])["tokens_per_s"], peak_rss)
+
+
+ENGINES = {"binary": run_llama_bench, "python": run_llama_cpp_python}

@@ -1,12 +1,13 @@
-"""Models for `bench`: the synthetic default, quantized by each build's own llama-quantize."""
+"""Models for `bench`: the synthetic default and SmolLM2, quantized by each build's own llama-quantize."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..builds import Build
+from ..builds import Build, get_build
 from ..paths import MODELS_DIR
 from ..quantize import quantize
+from ..smollm2 import smollm2_f16
 from ..synthetic import SHAPES, write_synthetic_gguf
 
 
@@ -27,3 +28,9 @@ def quantized_by(build: Build, src: Path, qtype: str, log=print) -> Path:
         log(f"quantizing {src.name} to {qtype} with the {build.name} llama-quantize -> {dst}")
         quantize(build, src, dst, qtype)
     return dst
+
+
+def smollm2_suite(log=print) -> list[Path]:
+    """SmolLM2-135M-Instruct as FP16, stock-quantized Q4_0 and patched-quantized (all-)Q4_0."""
+    f16 = smollm2_f16()
+    return [f16, *(quantized_by(get_build(name), f16, "Q4_0", log) for name in ("stock", "patched"))]

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from .llama_bench import Run, run_llama_bench
+from .llama_bench import Run
 
 
 @dataclass
@@ -40,15 +40,25 @@ def paired_ratios(a: BuildResult, b: BuildResult) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "samples": ratios}
 
 
-def run_interleaved(builds: list[Build], models: dict[str, Path], threads: int, n_prompt: int,
-                    n_gen: int, reps: int, on_run: Callable[[], None] = lambda: None) -> list[BuildResult]:
+def run_interleaved(engine: Callable[..., Run], builds: list[Build], models: dict[str, Path], threads: int,
+                    n_prompt: int, n_gen: int, reps: int,
+                    on_run: Callable[[], None] = lambda: None) -> tuple[list[BuildResult], bool]:
     """Alternate the builds in ABBA order each repetition, so slow drifts of the machine
-    (thermal, background work) fall on both sides equally."""
+    (thermal, background work) fall on both sides equally. Ctrl-C keeps the repetitions that
+    completed for every build; returns (results, interrupted)."""
     results = {b.name: BuildResult(b.name, models[b.name]) for b in builds}
-    for rep in range(reps):
-        order = builds if rep % 2 == 0 else builds[::-1]
-        for build in order:
-            results[build.name].runs.append(
-                run_llama_bench(build, models[build.name], threads, n_prompt, n_gen))
-            on_run()
-    return [results[b.name] for b in builds]
+    interrupted = False
+    try:
+        for rep in range(reps):
+            order = builds if rep % 2 == 0 else builds[::-1]
+            for build in order:
+                results[build.name].runs.append(engine(build, models[build.name], threads, n_prompt, n_gen))
+                on_run()
+    except KeyboardInterrupt:
+        complete = min(len(r.runs) for r in results.values())
+        if complete == 0:
+            raise
+        for r in results.values():
+            del r.runs[complete:]
+        interrupted = True
+    return [results[b.name] for b in builds], interrupted

@@ -1,0 +1,59 @@
+"""Perplexity and KL-divergence against a base model, with the build's llama-perplexity."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from ..builds import Build
+from .llama_bench import BenchError
+
+_FINAL = re.compile(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)")
+_STATS = {
+    "ppl": re.compile(r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)"),
+    "kld": re.compile(r"Mean\s+KLD:\s*([\d.]+)\s*±\s*([\d.]+)"),
+    "same_top_p": re.compile(r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)"),
+}
+
+
+def parse_final_ppl(log: str) -> dict:
+    m = _FINAL.search(log)
+    if not m:
+        raise BenchError("llama-perplexity printed no final estimate")
+    return {"ppl": float(m[1]), "ppl_err": float(m[2])}
+
+
+def parse_kld_stats(out: str) -> dict:
+    """PPL, mean KLD (nats/token) and top-token agreement (%) from a --kl-divergence run."""
+    result = {}
+    for key, pattern in _STATS.items():
+        m = pattern.search(out)
+        if not m:
+            raise BenchError(f"llama-perplexity printed no {key} statistic")
+        result[key], result[key + "_err"] = float(m[1]), float(m[2])
+    return result
+
+
+def _run(build: Build, args: list[str]) -> subprocess.CompletedProcess:
+    cmd = [str(build.tool("llama-perplexity")), *args]
+    proc = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise BenchError(f"{build.name} llama-perplexity failed ({proc.returncode}):\n{tail}")
+    return proc
+
+
+def on_text(build: Build, model: Path, text: Path, ctx: int, chunks: int, threads: int,
+            save_logits: Path | None = None) -> dict:
+    """Perplexity over `chunks` windows of `ctx` tokens; optionally saving the logits as a KLD base."""
+    args = ["-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
+    if save_logits is not None:
+        args += ["--kl-divergence-base", str(save_logits)]
+    return parse_final_ppl(_run(build, args).stderr)
+
+
+def against_base(build: Build, model: Path, base: Path, threads: int) -> dict:
+    """Perplexity, mean KLD and same-top-token rate of `model` on the tokens saved in `base`."""
+    proc = _run(build, ["-m", str(model), "-t", str(threads), "--kl-divergence-base", str(base), "--kl-divergence"])
+    return parse_kld_stats(proc.stdout + proc.stderr)

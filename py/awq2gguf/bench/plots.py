@@ -1,0 +1,50 @@
+"""PNG charts of bench reports (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def speed_bars(report: dict, out: Path) -> None:
+    """Median tokens/s per build with min-max whiskers."""
+    builds = report["builds"]
+    names = [b["build"] for b in builds]
+    med = [b["tokens_per_s"]["median"] for b in builds]
+    low = [m - b["tokens_per_s"]["min"] for m, b in zip(med, builds)]
+    high = [b["tokens_per_s"]["max"] - m for m, b in zip(med, builds)]
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.bar(names, med, yerr=[low, high], capsize=6, color=["#888888", "#2a7ab0", "#d07a2a"][:len(names)])
+    for i, m in enumerate(med):
+        ax.annotate(f"{m:.1f}", (i, m), ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
+    ax.set_ylabel("tokens/s")
+    test = f"tg{report['n_gen']}" if report["kind"] == "decode" else f"pp{report['n_prompt']}"
+    ax.set_title(f"{report['kind']} {test}, {report['threads']} thread(s), {report['engine']}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def accuracy_vs_size(report: dict, out: Path) -> None:
+    """Perplexity and MC average against file size, one point per model."""
+    rows = report["rows"]
+    fig, axes = plt.subplots(1, 2 if any("mc_average" in r for r in rows) else 1, figsize=(9, 3.5), squeeze=False)
+    panels = [("ppl", "perplexity (lower is better)", 1)]
+    if axes.shape[1] == 2:
+        panels.append(("mc_average", "MC accuracy average, %", 100))
+    for ax, (key, label, scale) in zip(axes[0], panels):
+        for r in rows:
+            if key in r:
+                ax.scatter(r["size_mib"], r[key] * scale)
+                ax.annotate(Path(r["model"]).stem, (r["size_mib"], r[key] * scale), fontsize=7,
+                            xytext=(4, 4), textcoords="offset points")
+        ax.set_xlabel("file size, MiB")
+        ax.set_ylabel(label)
+    fig.suptitle(f"accuracy vs size ({report['build']} build)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)

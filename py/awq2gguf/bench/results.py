@@ -1,0 +1,27 @@
+"""Saved bench results: every command writes its JSON report under bench/results/raw/."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from ..paths import ROOT
+
+RESULTS_DIR = Path(os.environ.get("AWQ2GGUF_RESULTS", ROOT / "bench" / "results"))
+
+
+def save(kind: str, report: dict) -> Path:
+    raw = RESULTS_DIR / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    path = raw / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def latest(kind: str) -> dict | None:
+    found = sorted((RESULTS_DIR / "raw").glob(f"{kind}-*.json"))
+    return json.loads(found[-1].read_text()) if found else None

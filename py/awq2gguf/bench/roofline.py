@@ -1,0 +1,142 @@
+"""How close decode and prefill come to what this machine can do.
+
+Decode reads every weight once per token, so its bound is memory bandwidth / bytes read per
+token. Prefill is compute bound: its bound is the CPU's int8 dot-product peak / operations per
+token. Bandwidth is measured with a STREAM-style kernel at the benchmark's thread count; the int8
+peak comes from the CPU features and clock, with the per-cycle figure stated so it can be checked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..gguf_tensors import TensorInfo, read_tensor_infos
+from ..paths import BUILD_DIR
+from .machine import physical_cores
+
+STREAM_SRC = Path(__file__).with_name("stream.c")
+
+
+def stream_binary() -> Path:
+    """The STREAM kernel, compiled for this CPU on first use (or when its source changes)."""
+    exe = BUILD_DIR / "tools" / "stream"
+    if not exe.is_file() or exe.stat().st_mtime < STREAM_SRC.stat().st_mtime:
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        cc = os.environ.get("CC", "cc")
+        proc = subprocess.run([cc, "-O3", "-march=native", "-fopenmp", str(STREAM_SRC), "-o", str(exe)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"compiling {STREAM_SRC} failed:\n{proc.stderr[-1500:]}")
+    return exe
+
+
+def measure_bandwidth(threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
+    """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
+    proc = subprocess.run([str(stream_binary()), str(n_elements), str(reps)], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)
+
+
+def decode_bytes_per_token(tensors: list[TensorInfo]) -> int:
+    """Bytes of weights read to produce one token. With a separate output matrix, token_embd is
+    only looked up (one row); when tied, token_embd is the output matrix and is read whole.
+    The KV cache (under 1 MiB per token for 0.5B models at short context) is left out."""
+    names = {t.name for t in tensors}
+    total = 0
+    for t in tensors:
+        if t.name == "token_embd.weight" and "output.weight" in names:
+            total += t.n_bytes // t.ne[1]
+        else:
+            total += t.n_bytes
+    return total
+
+
+def prefill_ops_per_token(tensors: list[TensorInfo]) -> int:
+    """Multiply-adds x 2 of the weight matmuls per prompt token. The output matrix is left out:
+    at prefill only the last token's logits are computed. Attention scores are also left out
+    (about 3% at 512 tokens for 0.5B models)."""
+    skip = {"token_embd.weight", "output.weight"}
+    return sum(2 * t.n_elements for t in tensors if len(t.ne) >= 2 and t.ne[1] > 1 and t.name not in skip)
+
+
+@dataclass(frozen=True)
+class Int8Peak:
+    ops_per_cycle_per_core: int
+    ghz: float
+    cores: int
+    basis: str
+
+    @property
+    def gops(self) -> float:
+        return self.ops_per_cycle_per_core * self.ghz * self.cores
+
+
+def _cpu_info() -> tuple[str, set[str], float]:
+    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    vendor, flags, mhz = "", set(), 0.0
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "vendor_id":
+            vendor = value.strip()
+        elif key in ("flags", "Features"):
+            flags = set(value.split())
+        elif key == "cpu MHz":
+            mhz = max(mhz, float(value))
+    max_freq = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
+    if max_freq.is_file():
+        mhz = int(max_freq.read_text()) / 1000
+    return vendor, flags, mhz / 1000
+
+
+def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, str]:
+    """Peak int8 multiply-add operations (x2) per cycle per core, and the reasoning behind it."""
+    if arch in ("x86_64", "AMD64"):
+        if "avx512_vnni" in flags:
+            if vendor == "AuthenticAMD":
+                return 128, "AVX-512 VNNI on AMD Zen 4: one 512-bit VPDPBUSD (64 MACs) per cycle"
+            return 256, "AVX-512 VNNI: two 512-bit VPDPBUSD (64 MACs each) per cycle"
+        if "avx_vnni" in flags:
+            return 128, "AVX-VNNI: two 256-bit VPDPBUSD (32 MACs each) per cycle"
+        if "avx2" in flags:
+            return 64, "AVX2: VPMADDUBSW+VPMADDWD, about 32 MACs per cycle"
+        return 16, "SSE: about 8 MACs per cycle"
+    if arch in ("aarch64", "arm64"):
+        if "i8mm" in flags:
+            return 128, "Arm i8mm: two 128-bit SMMLA (32 MACs each) per cycle"
+        if "asimddp" in flags:
+            return 64, "Arm dotprod: two 128-bit SDOT (16 MACs each) per cycle"
+        return 32, "NEON: about 16 MACs per cycle"
+    return 16, f"unknown architecture {arch}: a conservative guess"
+
+
+def int8_peak(threads: int, ops_per_cycle: int | None = None, ghz: float | None = None) -> Int8Peak:
+    vendor, flags, detected_ghz = _cpu_info()
+    detected_ops, basis = int8_ops_per_cycle(vendor, flags, platform.machine())
+    if ops_per_cycle:
+        basis = "given on the command line"
+    return Int8Peak(ops_per_cycle or detected_ops, ghz or detected_ghz, min(threads, physical_cores()), basis)
+
+
+def fractions(model: Path, bandwidth_gbs: float, peak: Int8Peak, decode_tps: float | None,
+              prefill_tps: float | None) -> dict:
+    """Measured speed as a fraction of the bandwidth bound (decode) and the int8 bound (prefill)."""
+    tensors = read_tensor_infos(model)
+    bytes_per_token = decode_bytes_per_token(tensors)
+    ops_per_token = prefill_ops_per_token(tensors)
+    decode_bound = bandwidth_gbs * 1e9 / bytes_per_token
+    prefill_bound = peak.gops * 1e9 / ops_per_token
+    return {
+        "bytes_per_token": bytes_per_token,
+        "decode_bound_tps": decode_bound,
+        "decode_fraction": decode_tps / decode_bound if decode_tps else None,
+        "ops_per_token": ops_per_token,
+        "prefill_bound_tps": prefill_bound,
+        "prefill_fraction": prefill_tps / prefill_bound if prefill_tps else None,
+    }

@@ -1,0 +1,28 @@
+"""Copying metadata key-values from one GGUF into a new one."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Callable
+
+from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+
+@functools.cache
+def read_fields(path: Path) -> tuple[tuple[str, object, GGUFValueType], ...]:
+    """(key, value, type) of every metadata item; cached, as GGUFReader takes seconds on big vocabularies."""
+    reader = GGUFReader(path)
+    return tuple((key, field.contents(), field.types[0])
+                 for key, field in reader.fields.items() if not key.startswith("GGUF."))
+
+
+def copy_fields(src: Path, writer: GGUFWriter, keep: Callable[[str], bool]) -> None:
+    """Add src's items whose key passes `keep` (general.architecture comes from the writer)."""
+    for key, value, vtype in read_fields(Path(src)):
+        if key == "general.architecture" or not keep(key):
+            continue
+        if vtype == GGUFValueType.ARRAY:
+            writer.add_array(key, value)
+        else:
+            writer.add_key_value(key, value, vtype)

