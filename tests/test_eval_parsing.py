@@ -20,6 +20,11 @@ def test_parses_kld_run_output():
                  "same_top_p": 74.118, "same_top_p_err": 1.585}
 
 
+def test_parses_a_negative_kld_of_a_model_against_itself():
+    out = (DATA / "llama-perplexity-kld.out").read_text().replace("Mean    KLD:   0.277745", "Mean    KLD:  -0.000001")
+    assert parse_kld_stats(out)["kld"] == -0.000001
+
+
 def test_parses_final_ppl_from_the_log():
     assert parse_final_ppl((DATA / "llama-perplexity-base.err").read_text()) == {"ppl": 23.801, "ppl_err": 2.82554}
     with pytest.raises(BenchError):

@@ -139,6 +139,9 @@ def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_jso
                                                 on_run=advance)
     except ERRORS as e:
         raise click.ClickException(str(e)) from e
+    except KeyboardInterrupt:
+        err.print("interrupted before one repetition of every build finished: nothing to report")
+        sys.exit(130)
     report = {
         "kind": kind, "engine": engine, "threads": threads, "reps": len(runs[0].runs), "n_prompt": n_prompt,
         "n_gen": n_gen, "busy_warning": busy, "interrupted": interrupted,
@@ -289,6 +292,9 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
                 for m in model_paths:
                     report["rows"].append(evaluate_model(build, m, text_metrics, items, threads, advance))
         except ERRORS as e:
+            if report["rows"]:
+                report["error"] = str(e)
+                _log(f"saved the finished rows to {results.save('eval', report)}")
             raise click.ClickException(str(e)) from e
         except KeyboardInterrupt:
             report["interrupted"] = True
@@ -302,15 +308,17 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
 
 
 @main.command()
+@click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
-def report(out):
-    """Render the latest saved result of each kind as Markdown (for bench/results/README.md)."""
+def report(files, out):
+    """Render saved results as Markdown tables: the given JSON FILES in order, or else the latest
+    result of each kind under bench/results/raw/."""
     builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
                 "ops": tables.ops_table, "eval": tables.eval_table}
-    parts = [tables.markdown(build(r)) for kind, build in builders.items() if (r := results.latest(kind))]
-    if not parts:
+    reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders if (r := results.latest(kind))]
+    if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")
-    text = "\n".join(parts)
+    text = "\n".join(tables.markdown(builders[r["kind"]](r)) for r in reports)
     if out:
         out.write_text(text)
     else:

@@ -9,11 +9,13 @@ from pathlib import Path
 from ..builds import Build
 from .llama_bench import BenchError
 
-_FINAL = re.compile(r"Final estimate: PPL = ([\d.]+) \+/- ([\d.]+)")
+_NUM = r"([-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))"
+_FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
+# The mean KLD of a model against its own saved logits can print as -0.000001: signs are allowed.
 _STATS = {
-    "ppl": re.compile(r"Mean PPL\(Q\)\s*:\s*([\d.]+)\s*±\s*([\d.]+)"),
-    "kld": re.compile(r"Mean\s+KLD:\s*([\d.]+)\s*±\s*([\d.]+)"),
-    "same_top_p": re.compile(r"Same top p:\s*([\d.]+)\s*±\s*([\d.]+)"),
+    "ppl": re.compile(rf"Mean PPL\(Q\)\s*:\s*{_NUM}\s*±\s*{_NUM}"),
+    "kld": re.compile(rf"Mean\s+KLD:\s*{_NUM}\s*±\s*{_NUM}"),
+    "same_top_p": re.compile(rf"Same top p:\s*{_NUM}\s*±\s*{_NUM}"),
 }
 
 

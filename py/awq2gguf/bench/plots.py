@@ -20,7 +20,7 @@ def speed_bars(report: dict, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(5, 3.5))
     ax.bar(names, med, yerr=[low, high], capsize=6, color=["#888888", "#2a7ab0", "#d07a2a"][:len(names)])
     for i, m in enumerate(med):
-        ax.annotate(f"{m:.1f}", (i, m), ha="center", va="bottom", xytext=(0, 8), textcoords="offset points")
+        ax.annotate(f"{m:.1f}", (i, m / 2), ha="center", va="center", color="white", fontweight="bold")
     ax.set_ylabel("tokens/s")
     test = f"tg{report['n_gen']}" if report["kind"] == "decode" else f"pp{report['n_prompt']}"
     ax.set_title(f"{report['kind']} {test}, {report['threads']} thread(s), {report['engine']}")
