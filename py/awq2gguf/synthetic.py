@@ -8,14 +8,13 @@ they would on the real model.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import GGMLQuantizationType
 
-from .gguf_fields import copy_fields
+from .gguf_write import atomic_writer, copy_fields
 from .paths import VENDOR_SRC
 
 QWEN2_VOCAB = VENDOR_SRC / "models" / "ggml-vocab-qwen2.gguf"
@@ -97,11 +96,7 @@ def write_synthetic_gguf(shape: ModelShape, out: Path, seed: int = 0) -> Path:
     """Write `shape` as an F16 GGUF with N(0, 0.02) weights from `seed`; same seed, same bytes."""
     if not QWEN2_VOCAB.is_file():
         raise FileNotFoundError(f"{QWEN2_VOCAB} not found: run `make vendor` first")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    writer = GGUFWriter(tmp, "qwen2")
-    try:
+    with atomic_writer(out, "qwen2") as writer:
         writer.add_name(f"synthetic {shape.name}")
         writer.add_context_length(shape.n_ctx_train)
         writer.add_embedding_length(shape.n_embd)
@@ -127,9 +122,4 @@ def write_synthetic_gguf(shape: ModelShape, out: Path, seed: int = 0) -> Path:
         rng = np.random.default_rng(seed)
         for name, s in shapes:
             writer.write_tensor_data(_tensor_values(rng, name, s))
-        writer.close()
-        os.replace(tmp, out)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
-    return out
+    return Path(out)

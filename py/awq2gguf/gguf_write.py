@@ -1,10 +1,12 @@
-"""Copying metadata key-values from one GGUF into a new one."""
+"""Writing new GGUF files: atomically, with metadata copied from another GGUF."""
 
 from __future__ import annotations
 
 import functools
+import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
@@ -26,3 +28,20 @@ def copy_fields(src: Path, writer: GGUFWriter, keep: Callable[[str], bool]) -> N
             writer.add_array(key, value)
         else:
             writer.add_key_value(key, value, vtype)
+
+
+@contextmanager
+def atomic_writer(dst: Path, arch: str) -> Iterator[GGUFWriter]:
+    """A GGUFWriter on a temporary file that becomes `dst` only if the block completes; an error
+    or Ctrl-C leaves no partial file behind."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    writer = GGUFWriter(tmp, arch)
+    try:
+        yield writer
+        writer.close()
+        os.replace(tmp, dst)
+    finally:
+        writer.close()
+        tmp.unlink(missing_ok=True)
