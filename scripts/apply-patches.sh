@@ -41,7 +41,7 @@ for p in "${series[@]}"; do
         git_ am --abort >/dev/null 2>&1 || true
         git_ checkout -q awq2gguf
         echo >&2
-        echo "patches: ERROR: $p does not apply to base (vendor/pin.env)." >&2
+        echo "patches: ERROR: $p does not apply onto base + the patches before it." >&2
         echo "  To resolve: cd $src && git am -3 $(pwd)/$p, fix the conflict, 'git add' the files," >&2
         echo "  'git am --continue', apply the remaining patches, then 'make patches-export'." >&2
         exit 1

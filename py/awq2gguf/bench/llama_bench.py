@@ -33,24 +33,27 @@ def parse_llama_bench_json(text: str) -> float:
     return float(results[0]["avg_ts"])
 
 
+def _measured(build: Build, cmd: list[str], what: str, model: Path) -> tuple[str, int]:
+    """(stdout, peak RSS) of cmd run with the build's libraries; a failure names build and model."""
+    proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise BenchError(f"{build.name} {what} failed ({proc.returncode}) on {model}:\n{tail}")
+    return proc.stdout, peak_rss
+
+
 def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
     """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test."""
     cmd = [str(build.tool("llama-bench")), "-m", str(model), "-t", str(threads),
            "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json"]
-    proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise BenchError(f"{build.name} llama-bench failed ({proc.returncode}) on {model}:\n{tail}")
-    return Run(parse_llama_bench_json(proc.stdout), peak_rss)
+    out, peak_rss = _measured(build, cmd, "llama-bench", model)
+    return Run(parse_llama_bench_json(out), peak_rss)
 
 
 def run_llama_cpp_python(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
     cmd = [sys.executable, "-m", "awq2gguf.bench.py_engine", str(model), str(threads), str(n_prompt), str(n_gen)]
-    proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise BenchError(f"{build.name} llama-cpp-python run failed ({proc.returncode}) on {model}:\n{tail}")
-    return Run(json.loads(proc.stdout.strip().splitlines()[-1])["tokens_per_s"], peak_rss)
+    out, peak_rss = _measured(build, cmd, "llama-cpp-python run", model)
+    return Run(json.loads(out.strip().splitlines()[-1])["tokens_per_s"], peak_rss)
 
 
 ENGINES = {"binary": run_llama_bench, "python": run_llama_cpp_python}
