@@ -100,7 +100,7 @@ def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, st
     if arch in ("x86_64", "AMD64"):
         if "avx512_vnni" in flags:
             if vendor == "AuthenticAMD":
-                return 128, "AVX-512 VNNI on AMD Zen 4: one 512-bit VPDPBUSD (64 MACs) per cycle"
+                return 128, "AVX-512 VNNI on AMD Zen 4: one 512-bit VPDPBUSD (64 MACs) per cycle (Zen 5: two)"
             return 256, "AVX-512 VNNI: two 512-bit VPDPBUSD (64 MACs each) per cycle"
         if "avx_vnni" in flags:
             return 128, "AVX-VNNI: two 256-bit VPDPBUSD (32 MACs each) per cycle"
