@@ -1,0 +1,39 @@
+"""The torch Q4_0 fake-quantizer is bit-identical to ggml's (gguf.quants mirrors ggml exactly)."""
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize, quantize
+
+from awq2gguf.q4_0 import q4_0_fake_quant
+
+
+def reference(w: np.ndarray) -> np.ndarray:
+    return dequantize(quantize(w, GGMLQuantizationType.Q4_0), GGMLQuantizationType.Q4_0)
+
+
+def weights_with_tails(seed: int, rows: int, cols: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    w = rng.standard_normal((rows, cols), dtype=np.float32) * rng.uniform(1e-4, 3, (rows, 1)).astype(np.float32)
+    w[rng.random(w.shape) < 0.01] *= 40  # outliers, as in real activations-aware weights
+    w[0, :32] = 0                        # an all-zero block: d = 0
+    w[1, :32] = 1.5                      # ties in magnitude: the first one sets the sign of d
+    w[1, 5] = -1.5
+    w[2, -32:] = rng.standard_normal(32).astype(np.float32) * 1e-30  # tiny values, FP16 d underflows
+    return w
+
+
+@pytest.mark.parametrize("seed,rows,cols", [(0, 64, 896), (1, 37, 4864), (2, 8, 32)])
+def test_fake_quant_is_bit_identical_to_ggml(seed, rows, cols):
+    w = weights_with_tails(seed, rows, cols)
+    ours = q4_0_fake_quant(torch.from_numpy(w)).numpy()
+    assert np.array_equal(ours.view(np.uint32), reference(w).view(np.uint32))
+
+
+def test_keeps_dtype_and_shape_and_rejects_ragged_rows():
+    w = torch.randn(3, 2, 64, dtype=torch.float16)
+    out = q4_0_fake_quant(w)
+    assert out.dtype == torch.float16 and out.shape == w.shape
+    with pytest.raises(ValueError, match="multiple of 32"):
+        q4_0_fake_quant(torch.randn(4, 48))
