@@ -1,0 +1,45 @@
+"""Where AWQ can move scale between layers in a decoder block, per supported architecture.
+
+Each group is a producer (an RMSNorm, or a linear whose output channels feed the consumers
+directly) and the linears that consume its output. Dividing the producer's output channels by s
+and multiplying the consumers' input columns by s leaves the function unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
+class UnsupportedArchitecture(ValueError):
+    pass
+
+
+def check_architecture(config) -> str:
+    archs = getattr(config, "architectures", None) or [type(config).__name__]
+    if archs[0] not in SUPPORTED_ARCHITECTURES:
+        raise UnsupportedArchitecture(f"architecture {archs[0]} is not supported; supported: "
+                                      f"{', '.join(SUPPORTED_ARCHITECTURES)}")
+    return archs[0]
+
+
+@dataclass
+class ScaleGroup:
+    name: str
+    producer: nn.Module
+    consumers: list[nn.Linear]
+
+
+def scale_groups(layer: nn.Module) -> list[ScaleGroup]:
+    """The scaling groups of one decoder layer (RMSNorm -> q/k/v, v -> o, RMSNorm -> gate/up, up -> down)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    groups = [ScaleGroup("attn_in", layer.input_layernorm, [attn.q_proj, attn.k_proj, attn.v_proj])]
+    # v's channels map one to one onto o's inputs only without grouped-query attention.
+    if attn.v_proj.out_features == attn.o_proj.in_features:
+        groups.append(ScaleGroup("attn_v_o", attn.v_proj, [attn.o_proj]))
+    groups += [ScaleGroup("mlp_in", layer.post_attention_layernorm, [mlp.gate_proj, mlp.up_proj]),
+               ScaleGroup("mlp_down", mlp.up_proj, [mlp.down_proj])]
+    return groups
