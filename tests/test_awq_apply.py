@@ -1,0 +1,48 @@
+"""AWQ over a whole tiny model: the FP function is kept, the Q4_0 model gets closer to FP."""
+
+import torch
+
+from awq2gguf.awq.apply import apply_awq
+from awq2gguf.q4_0 import q4_0_fake_quant
+from test_awq_fold import tiny
+
+
+def with_salient_channels(model):
+    """Outlier channels in the norms, as trained LLMs have: what AWQ exists for."""
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                norm.weight[[5, 40, 99]] *= 25
+    return model
+
+
+def fake_quantized_logits(model, tokens):
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for m in layer.modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.data = q4_0_fake_quant(m.weight.data)
+        logits = model(tokens).logits
+        for n, p in model.named_parameters():
+            p.data = saved[n]
+    return logits
+
+
+def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
+    model = with_salient_channels(tiny("qwen2", 4))
+    g = torch.Generator().manual_seed(2)
+    calib, held_out = torch.randint(0, 512, (8, 64), generator=g), torch.randint(0, 512, (2, 32), generator=g)
+    with torch.no_grad():
+        fp = model(held_out).logits
+    plain_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
+
+    results = apply_awq(model, calib)
+
+    with torch.no_grad():
+        assert torch.allclose(model(held_out).logits, fp, rtol=1e-3, atol=1e-3)
+    assert [(r.layer, r.group) for r in results] == [(i, g) for i in range(2)
+                                                     for g in ("attn_in", "attn_v_o", "mlp_in", "mlp_down")]
+    assert all(r.error <= r.plain_error for r in results)
+    awq_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
+    assert awq_error < 0.8 * plain_error, (awq_error, plain_error)
