@@ -1,5 +1,6 @@
 """The AWQ scale search finds scales that cut the Q4_0 output error where activations have outliers."""
 
+import pytest
 import torch
 from torch import nn
 
@@ -17,11 +18,18 @@ def group_with_outlier_channels(seed=0):
     return x, linears
 
 
+def test_error_from_the_gram_matrix_equals_the_error_over_tokens():
+    x, linears = group_with_outlier_channels()
+    s = scales_for(x.abs().mean(0), 0.5)
+    direct = sum((x @ (q4_0_fake_quant(l.weight * s) / s).T - x @ l.weight.T).pow(2).mean().item() for l in linears)
+    assert output_error(x.T @ x, x.shape[0], linears, s) == pytest.approx(direct, rel=1e-3)
+
+
 def test_alpha_zero_is_plain_q4_0():
     x, linears = group_with_outlier_channels()
-    ref = [x @ l.weight.T for l in linears]
-    plain = sum((x @ q4_0_fake_quant(l.weight).T - r).pow(2).mean().item() for l, r in zip(linears, ref))
-    assert output_error(x, linears, scales_for(x.abs().mean(0), 0.0), ref) == plain
+    plain = sum((x @ q4_0_fake_quant(l.weight).T - x @ l.weight.T).pow(2).mean().item() for l in linears)
+    choice = search_scales(x, linears, grid=(0.0,))
+    assert choice.alpha == 0.0 and choice.error == pytest.approx(plain, rel=1e-3)
 
 
 def test_search_beats_plain_q4_0_on_outlier_activations():

@@ -2,7 +2,7 @@
 
 For a group of linears fed by the same input x, try s = mean|x|^alpha per input channel for each
 alpha of the grid, quantize W * s with Q4_0, undo s, and keep the alpha whose outputs x @ W_q^T
-are closest (mean squared error) to the FP outputs. alpha = 0 (s = 1) is plain Q4_0.
+are closest (mean squared error) to the FP outputs x @ W^T. alpha = 0 (s = 1) is plain Q4_0.
 """
 
 from __future__ import annotations
@@ -32,11 +32,18 @@ def scales_for(x_mean: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def output_error(x: torch.Tensor, consumers: list[nn.Linear], s: torch.Tensor, reference: list[torch.Tensor]) -> float:
+def output_error(gram: torch.Tensor, n_tokens: int, consumers: list[nn.Linear], s: torch.Tensor) -> float:
+    """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W.
+
+    With D = W - W_q, the error over the tokens x is ||x D^T||^2 = sum((D @ x^T x) * D), so the
+    Gram matrix x^T x (features^2) replaces the tokens: the cost no longer grows with the amount
+    of calibration text.
+    """
     err = 0.0
-    for linear, ref in zip(consumers, reference):
-        wq = q4_0_fake_quant(linear.weight.float() * s) / s
-        err += (x @ wq.T - ref).pow(2).mean().item()
+    for linear in consumers:
+        w = linear.weight.float()
+        d = w - q4_0_fake_quant(w * s) / s
+        err += ((d @ gram) * d).sum().item() / (n_tokens * w.shape[0])
     return err
 
 
@@ -44,13 +51,13 @@ def output_error(x: torch.Tensor, consumers: list[nn.Linear], s: torch.Tensor, r
 def search_scales(x: torch.Tensor, consumers: list[nn.Linear], grid=DEFAULT_GRID) -> ScaleChoice:
     """x: (tokens, in_features), the input all consumers see."""
     x = x.float()
-    reference = [x @ linear.weight.float().T for linear in consumers]
+    gram = x.T @ x
     x_mean = x.abs().mean(dim=0)
+    plain = output_error(gram, x.shape[0], consumers, torch.ones_like(x_mean))
     best = None
-    plain = output_error(x, consumers, torch.ones_like(x_mean), reference)
     for alpha in grid:
         s = scales_for(x_mean, alpha)
-        err = plain if alpha == 0 else output_error(x, consumers, s, reference)
+        err = plain if alpha == 0 else output_error(gram, x.shape[0], consumers, s)
         if best is None or err < best.error:
             best = ScaleChoice(s, alpha, err, plain)
     return best
