@@ -4,6 +4,7 @@ the built llama-bench binary, or llama-cpp-python loading the build's libllama.s
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,16 @@ class Run:
 
 class BenchError(RuntimeError):
     pass
+
+
+def run_tool(build: Build, tool: str, args: list[str]) -> subprocess.CompletedProcess:
+    """Run one of the build's tools with its libraries; a failure names build and tool."""
+    proc = subprocess.run([str(build.tool(tool)), *args], env=build.env(), capture_output=True, text=True,
+                          errors="replace")
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
+        raise BenchError(f"{build.name} {tool} failed ({proc.returncode}):\n{tail}")
+    return proc
 
 
 def parse_llama_bench_json(text: str) -> float:

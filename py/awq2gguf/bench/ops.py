@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import re
 import statistics
-import subprocess
 from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from .llama_bench import BenchError
+from .llama_bench import BenchError, run_tool
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CASE = re.compile(r"^\s*(\w+\(.*\)):\s+(\d+) runs -\s+([\d.]+) us/run", re.M)
@@ -25,19 +24,11 @@ def parse_perf(out: str) -> dict[str, float]:
     return {m[1]: float(m[3]) for m in _CASE.finditer(_ANSI.sub("", out))}
 
 
-def _run(build: Build, tool: str, args: list[str]) -> str:
-    proc = subprocess.run([str(build.tool(tool)), *args], env=build.env(), capture_output=True, text=True,
-                          errors="replace")
-    if proc.returncode != 0:
-        raise BenchError(f"{build.name} {tool} failed ({proc.returncode}):\n{proc.stderr.strip()[-1500:]}")
-    return proc.stdout
-
-
 def export_cases(build: Build, model: Path, ops: list[str], tmp: Path) -> tuple[Path, list[str]]:
     """(test file with the model's distinct ops at 512-token prefill and 1-token decode, op filter)."""
     test_file = tmp / "ops.txt"
-    _run(build, "test-export-graph-ops", ["-m", str(model), "-c", "512", "-b", "512", "-ub", "512",
-                                          "-o", str(test_file)])
+    run_tool(build, "test-export-graph-ops", ["-m", str(model), "-c", "512", "-b", "512", "-ub", "512",
+                                              "-o", str(test_file)])
     return test_file, ops
 
 
@@ -49,8 +40,8 @@ def short_case(case: str) -> str:
 
 def run_once(build: Build, cases: tuple[Path, list[str]]) -> dict[str, float]:
     test_file, ops = cases
-    timings = parse_perf(_run(build, "test-backend-ops", ["perf", "-b", "CPU", "--test-file", str(test_file),
-                                                          "-o", ",".join(ops)]))
+    timings = parse_perf(run_tool(build, "test-backend-ops", ["perf", "-b", "CPU", "--test-file", str(test_file),
+                                                              "-o", ",".join(ops)]).stdout)
     if not timings:
         raise BenchError(f"test-backend-ops on {build.name} timed no {','.join(ops)} case")
     return timings

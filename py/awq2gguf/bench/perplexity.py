@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 from ..builds import Build
-from .llama_bench import BenchError
+from .llama_bench import BenchError, run_tool
 
 _NUM = r"([-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))"
 _FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
@@ -37,25 +36,17 @@ def parse_kld_stats(out: str) -> dict:
     return result
 
 
-def _run(build: Build, args: list[str]) -> subprocess.CompletedProcess:
-    cmd = [str(build.tool("llama-perplexity")), *args]
-    proc = subprocess.run(cmd, env=build.env(), capture_output=True, text=True, errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise BenchError(f"{build.name} llama-perplexity failed ({proc.returncode}):\n{tail}")
-    return proc
-
-
 def on_text(build: Build, model: Path, text: Path, ctx: int, chunks: int, threads: int,
             save_logits: Path | None = None) -> dict:
     """Perplexity over `chunks` windows of `ctx` tokens; optionally saving the logits as a KLD base."""
     args = ["-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
     if save_logits is not None:
         args += ["--kl-divergence-base", str(save_logits)]
-    return parse_final_ppl(_run(build, args).stderr)
+    return parse_final_ppl(run_tool(build, "llama-perplexity", args).stderr)
 
 
 def against_base(build: Build, model: Path, base: Path, threads: int) -> dict:
     """Perplexity, mean KLD and same-top-token rate of `model` on the tokens saved in `base`."""
-    proc = _run(build, ["-m", str(model), "-t", str(threads), "--kl-divergence-base", str(base), "--kl-divergence"])
+    proc = run_tool(build, "llama-perplexity",
+                    ["-m", str(model), "-t", str(threads), "--kl-divergence-base", str(base), "--kl-divergence"])
     return parse_kld_stats(proc.stdout + proc.stderr)
