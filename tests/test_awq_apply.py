@@ -37,12 +37,40 @@ def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
         fp = model(held_out).logits
     plain_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
 
-    results = apply_awq(model, calib)
+    results = apply_awq(model, calib, clip=False)  # clipping changes the FP function: on its own below
 
     with torch.no_grad():
         assert torch.allclose(model(held_out).logits, fp, rtol=1e-3, atol=1e-3)
-    assert [(r.layer, r.group) for r in results] == [(i, g) for i in range(2)
-                                                     for g in ("attn_in", "attn_v_o", "mlp_in", "mlp_down")]
+    assert [(r.layer, r.group) for r in results] == [(i, g) for i in range(2) for g in (
+        "attn_in", "attn_v_o", "mlp_in", "mlp_down")] + [(2, "output")]  # untied: the output is scaled too
     assert all(r.error <= r.plain_error for r in results)
     awq_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
     assert awq_error < 0.8 * plain_error, (awq_error, plain_error)
+
+
+def test_clipping_brings_q4_0_closer_still():
+    g = torch.Generator().manual_seed(2)
+    calib, held_out = torch.randint(0, 512, (8, 64), generator=g), torch.randint(0, 512, (2, 32), generator=g)
+    errors = {}
+    for clip in (False, True):
+        model = with_salient_channels(tiny("llama", 2))
+        with torch.no_grad():
+            fp = model(held_out).logits
+        apply_awq(model, calib, clip=clip)
+        errors[clip] = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
+    assert errors[True] < errors[False], errors
+
+
+def test_tied_output_is_left_alone():
+    model = tiny("llama", 2)
+    model.config.tie_word_embeddings = True
+    model.tie_weights()
+    embeddings = model.get_input_embeddings().weight.detach().clone()
+    calib = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    results = apply_awq(model, calib, clip=False)
+    assert "output" not in {r.group for r in results}  # a scale would change the embeddings' rows
+    assert torch.equal(model.get_input_embeddings().weight, embeddings)
+    apply_awq(model, calib)  # clipping changes the shared Q4_0 blocks, which serve both uses
+    clipped = model.get_input_embeddings().weight
+    assert model.get_output_embeddings().weight is clipped
+    assert (clipped.abs() <= embeddings.abs()).all() and not torch.equal(clipped, embeddings)

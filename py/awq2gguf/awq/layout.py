@@ -43,3 +43,17 @@ def scale_groups(layer: nn.Module) -> list[ScaleGroup]:
     groups += [ScaleGroup("mlp_in", layer.post_attention_layernorm, [mlp.gate_proj, mlp.up_proj]),
                ScaleGroup("mlp_down", mlp.up_proj, [mlp.down_proj])]
     return groups
+
+
+def input_sites(layer: nn.Module) -> dict[nn.Linear, list[nn.Linear]]:
+    """The linears of one decoder layer grouped by the input they share, keyed by the first of each."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return {attn.q_proj: [attn.q_proj, attn.k_proj, attn.v_proj], attn.o_proj: [attn.o_proj],
+            mlp.gate_proj: [mlp.gate_proj, mlp.up_proj], mlp.down_proj: [mlp.down_proj]}
+
+
+def clip_targets(layer: nn.Module) -> list[nn.Linear]:
+    """Linears whose Q4_0 blocks get a clipping search. Not q/k: their output error says little
+    about the attention scores they feed (AutoAWQ leaves them out too)."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return [attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]

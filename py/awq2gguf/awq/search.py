@@ -1,8 +1,16 @@
-"""Grid search of per-channel AWQ scales against ggml's exact Q4_0 quantizer.
+"""AWQ's two searches, both against ggml's exact Q4_0 quantizer: per-channel scales, then clipping.
 
-For a group of linears fed by the same input x, try s = mean|x|^alpha per input channel for each
-alpha of the grid, quantize W * s with Q4_0, undo s, and keep the alpha whose outputs x @ W_q^T
-are closest (mean squared error) to the FP outputs x @ W^T. alpha = 0 (s = 1) is plain Q4_0.
+Scales: for a group of linears fed by the same input x, try s = mean|x|^alpha per input channel
+for each alpha of the grid, quantize W * s with Q4_0, undo s, and keep the alpha whose outputs
+x @ W_q^T are closest (mean squared error) to the FP outputs x @ W^T. alpha = 0 (s = 1) is plain
+Q4_0.
+
+Clipping: for each Q4_0 block (one row, 32 input columns) try shrinking its range to a fraction
+of its largest magnitude and keep the fraction with the smallest error in that block's share of
+the output (as AutoAWQ does per group, cross terms between blocks are left out).
+
+Both errors come from a factor of the inputs' Gram matrix x^T x (InputStats), so their cost does
+not grow with the amount of calibration text.
 """
 
 from __future__ import annotations
@@ -12,9 +20,57 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..q4_0 import q4_0_fake_quant
+from ..q4_0 import BLOCK, q4_0_fake_quant
 
 DEFAULT_GRID = tuple(i / 20 for i in range(21))
+# Fractions of each block's largest magnitude to try (AutoAWQ: 20 steps, at most half cut off).
+CLIP_GRID = tuple(1 - i / 20 for i in range(10))
+
+
+@dataclass
+class InputStats:
+    """What the searches need to know about a linear's input x (tokens, features).
+
+    factor is any R with R^T R = x^T x (the Gram matrix): x itself when there are fewer tokens
+    than features (no Gram to compute, and cheaper to use), else the Cholesky factor of x^T x.
+    An output error ||x D^T||^2 is then ||R D^T||^2, whatever the number of tokens.
+    """
+    factor: torch.Tensor  # (min(tokens, features), features)
+    mean: torch.Tensor    # mean |x| per feature
+    n_tokens: int
+
+    @classmethod
+    @torch.no_grad()
+    def of(cls, x: torch.Tensor) -> "InputStats":
+        x = x.reshape(-1, x.shape[-1]).float()
+        n, k = x.shape
+        return cls(x.clone() if n <= k else _gram_factor(x.T @ x), x.abs().mean(dim=0), n)
+
+    def scaled(self, s: torch.Tensor) -> "InputStats":
+        """Statistics of x / s, the input once s is folded into the producer."""
+        return InputStats(self.factor / s, self.mean / s, self.n_tokens)
+
+    def error(self, d: torch.Tensor) -> float:
+        """Mean over tokens and rows of the squared output error of a weight error d (rows, features)."""
+        return (d @ self.factor.T).pow(2).sum().item() / (self.n_tokens * d.shape[0])
+
+    def block_grams(self) -> torch.Tensor:
+        """The (blocks, 32, 32) diagonal blocks of x^T x: each Q4_0 block's own inputs."""
+        r = self.factor.reshape(self.factor.shape[0], -1, BLOCK).transpose(0, 1)
+        return r.transpose(1, 2) @ r
+
+
+def _gram_factor(gram: torch.Tensor) -> torch.Tensor:
+    """Upper-triangular R with R^T R = gram, up to a jitter of 1e-7 of its mean diagonal when a
+    channel is dead or duplicated (the Gram matrix is then only semi-definite)."""
+    jitter = 0.0
+    eye = torch.eye(gram.shape[0])
+    for _ in range(8):
+        l, info = torch.linalg.cholesky_ex(gram + jitter * eye)
+        if info == 0:
+            return l.T
+        jitter = max(jitter * 10, 1e-7 * gram.diagonal().mean().item())
+    raise ValueError("the calibration inputs' Gram matrix is not positive semi-definite")
 
 
 @dataclass(frozen=True)
@@ -32,32 +88,62 @@ def scales_for(x_mean: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def output_error(gram: torch.Tensor, n_tokens: int, consumers: list[nn.Linear], s: torch.Tensor) -> float:
-    """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W.
-
-    With D = W - W_q, the error over the tokens x is ||x D^T||^2 = sum((D @ x^T x) * D), so the
-    Gram matrix x^T x (features^2) replaces the tokens: the cost no longer grows with the amount
-    of calibration text.
-    """
+def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor) -> float:
+    """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W."""
     err = 0.0
     for linear in consumers:
         w = linear.weight.float()
-        d = w - q4_0_fake_quant(w * s) / s
-        err += ((d @ gram) * d).sum().item() / (n_tokens * w.shape[0])
+        err += stats.error(w - q4_0_fake_quant(w * s) / s)
     return err
 
 
 @torch.no_grad()
-def search_scales(x: torch.Tensor, consumers: list[nn.Linear], grid=DEFAULT_GRID) -> ScaleChoice:
-    """x: (tokens, in_features), the input all consumers see."""
-    x = x.float()
-    gram = x.T @ x
-    x_mean = x.abs().mean(dim=0)
-    plain = output_error(gram, x.shape[0], consumers, torch.ones_like(x_mean))
-    best = None
-    for alpha in grid:
-        s = scales_for(x_mean, alpha)
-        err = plain if alpha == 0 else output_error(gram, x.shape[0], consumers, s)
-        if best is None or err < best.error:
-            best = ScaleChoice(s, alpha, err, plain)
-    return best
+def search_scales(stats: InputStats, consumers: list[nn.Linear], grid=DEFAULT_GRID) -> ScaleChoice:
+    """Every other grid point first, then the two neighbours of the best one: the error is smooth
+    in alpha at that scale, and this halves the cost, which is the bulk of AWQ's time."""
+    plain = output_error(stats, consumers, torch.ones_like(stats.mean))
+    errors = {}
+
+    def evaluate(i: int) -> None:
+        if 0 <= i < len(grid) and i not in errors:
+            errors[i] = plain if grid[i] == 0 else output_error(stats, consumers, scales_for(stats.mean, grid[i]))
+
+    for i in [*range(0, len(grid), 2), len(grid) - 1]:
+        evaluate(i)
+    coarse_best = min(errors, key=errors.get)
+    evaluate(coarse_best - 1)
+    evaluate(coarse_best + 1)
+    best = min(errors, key=errors.get)
+    return ScaleChoice(scales_for(stats.mean, grid[best]), grid[best], errors[best], plain)
+
+
+@torch.no_grad()
+def search_clip(stats: InputStats, linear: nn.Linear, grid=CLIP_GRID, rows_per_step: int = 4096) -> torch.Tensor:
+    """Per-block clip values (rows, blocks): clamping each block to +-value minimises its output error."""
+    gram_blocks = stats.block_grams()
+    w = linear.weight.float()
+    out = torch.empty(w.shape[0], w.shape[1] // BLOCK)
+    for start in range(0, w.shape[0], rows_per_step):  # bounds memory on wide outputs
+        blocks = w[start:start + rows_per_step].reshape(-1, w.shape[1] // BLOCK, BLOCK)
+        peak = blocks.abs().amax(dim=-1)
+        best_err = torch.full_like(peak, float("inf"))
+        best = peak.clone()
+        for ratio in grid:
+            c = (peak * ratio).unsqueeze(-1)
+            d = blocks - q4_0_fake_quant(torch.minimum(torch.maximum(blocks, -c), c))
+            # Per block: d^T G_bb d, as a batched matmul over blocks.
+            err = ((d.transpose(0, 1) @ gram_blocks) * d.transpose(0, 1)).sum(-1).T
+            better = err < best_err
+            best_err = torch.where(better, err, best_err)
+            best = torch.where(better, peak * ratio, best)
+        out[start:start + rows_per_step] = best
+    return out
+
+
+@torch.no_grad()
+def apply_clip(linear: nn.Linear, clip: torch.Tensor) -> None:
+    """Clamp each Q4_0 block of linear's weight to +-its clip value, in place."""
+    w = linear.weight
+    blocks = w.view(w.shape[0], -1, BLOCK)
+    c = clip.unsqueeze(-1).to(w.dtype)
+    blocks.copy_(torch.minimum(torch.maximum(blocks, -c), c))

@@ -1,0 +1,107 @@
+"""`awq2gguf MODEL_DIR OUT.gguf`: the toolkit's main job, with progress per stage and per block."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from .awq.layout import SUPPORTED_ARCHITECTURES
+from .bench.machine import physical_cores
+from .builds import BUILD_NAMES, BuildMissing
+from .calibration import CalibrationError
+from .checkpoint import CheckpointError
+from .convert import ConvertError
+from .engines.autoawq import AutoAwqMissing
+from .pipeline import ENGINES, QTYPES, Options, run
+from .quantize import QuantizeError
+
+err = Console(stderr=True)
+ERRORS = (CheckpointError, CalibrationError, ConvertError, QuantizeError, BuildMissing, AutoAwqMissing)
+
+
+class RichProgress:
+    """One line per finished stage with its time; a live bar for stages that count steps."""
+
+    def __init__(self, progress: Progress):
+        self.progress = progress
+
+    @contextmanager
+    def stage(self, description, total=None):
+        task = self.progress.add_task(description, total=total)
+        started = time.perf_counter()
+        yield lambda done: self.progress.update(task, completed=done)
+        self.progress.remove_task(task)
+        err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
+
+
+def _grid(_ctx, _param, steps: int) -> tuple[float, ...]:
+    if steps < 1:
+        raise click.BadParameter("needs at least 1 step")
+    return tuple(i / steps for i in range(steps + 1))
+
+
+HELP = f"""Quantize the Hugging Face model in MODEL_DIR to OUT.gguf with AWQ scales and clipping.
+
+Calibrates on text, searches per-channel AWQ scales and per-block clipping against llama.cpp's
+exact Q4_0 quantizer, folds them into the FP weights (a standard model: stock llama.cpp loads the
+result too), converts with the vendored convert_hf_to_gguf.py and quantizes with llama-quantize.
+OUT appears only when complete.
+
+Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
+"""
+
+
+@click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model_dir", type=click.Path(path_type=Path))
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--qtype", type=click.Choice(QTYPES, case_sensitive=False), default="Q4_0", show_default=True,
+              help="Type of OUT. The scales are searched for Q4_0; Q4_0 puts every weight, output and "
+                   "embeddings included, in Q4_0 (the patched llama-quantize).")
+@click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),
+              help="Calibration text: plain text, or .jsonl with a \"text\" field per line. "
+                   "Default: the model samples its own text with llama.cpp from an FP16 GGUF.")
+@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
+              help="Number of calibration sequences.")
+@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
+              help="Tokens per calibration sequence.")
+@click.option("--clip/--no-clip", default=True, show_default=True,
+              help="After the scales, search a clipping range for each Q4_0 block (not q/k).")
+@click.option("--untie-output", is_flag=True,
+              help="Give tied models a separate output matrix so AWQ can scale it "
+                   "(costs one more vocab x hidden Q4_0 tensor).")
+@click.option("--alpha-steps", "grid", type=int, default=20, show_default=True, callback=_grid,
+              help="Scale exponent grid: alpha = 0, 1/N, ..., 1.")
+@click.option("--engine", type=click.Choice(ENGINES), default="awq2gguf", show_default=True,
+              help="autoawq: AutoAWQ 0.2.9's search instead of ours, same calibration and export "
+                   "(install it with `make autoawq`).")
+@click.option("--build", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
+              help="Whose llama-quantize (and llama.cpp for sampling calibration text) to use.")
+@click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
+def main(model_dir: Path, out: Path, qtype, calib, calib_samples, calib_tokens, clip, untie_output, grid,
+         engine, build, threads, seed):
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()  # our own bars cover loading and saving
+    opts = Options(qtype=qtype.upper(), calib=calib, calib_samples=calib_samples, calib_tokens=calib_tokens,
+                   clip=clip, untie_output=untie_output, grid=grid, engine=engine, build=build,
+                   threads=threads, seed=seed)
+    started = time.perf_counter()
+    try:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      TimeRemainingColumn(), console=err, transient=True) as progress:
+            summary = run(model_dir, out, opts, RichProgress(progress))
+    except ERRORS as e:
+        raise click.ClickException(str(e)) from None
+    err.print(f"calibration: {summary.calibration}")
+    if summary.error_ratio is not None:
+        err.print(f"AWQ: mean alpha {summary.mean_alpha:.2f}; Q4_0 output error {summary.error_ratio:.3f}x plain")
+    size = out.stat().st_size / 2**20
+    err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {qtype.upper()}) in {time.perf_counter() - started:.0f} s")

@@ -1,0 +1,195 @@
+"""`awq2gguf MODEL_DIR OUT.gguf` end to end on tiny random Llama/Qwen2/Qwen3 folders, and its errors."""
+
+import codecs
+import json
+import shutil
+import subprocess
+import sys
+import this
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from gguf import GGMLQuantizationType, GGUFReader
+
+from awq2gguf.cli import main
+from awq2gguf.convert import convert_hf_to_gguf
+from awq2gguf.synthetic import SHAPES
+from awq2gguf.synthetic_hf import write_synthetic_hf
+from conftest import generate
+
+FAST = ("--calib-samples", "4", "--calib-tokens", "64")
+PROMPT_IDS = [9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]  # Qwen2 tokens
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    made = {}
+
+    def make(arch: str, shape: str):
+        if (arch, shape) not in made:
+            made[arch, shape] = write_synthetic_hf(SHAPES[shape], root / f"{arch}-{shape}", arch)
+        return made[arch, shape]
+    return make
+
+
+@pytest.fixture(scope="session")
+def calib_text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calib") / "zen.txt"
+    path.write_text((codecs.decode(this.s, "rot13") + "\n\n") * 8)
+    return path
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def leftovers(folder):
+    return sorted(p.name for p in folder.iterdir() if ".work-" in p.name or p.name.endswith(".tmp"))
+
+
+def llama_cpp_logits(build, model, tokens):
+    """Logits for every position of tokens, from llama-cpp-python on the build's libllama.so."""
+    code = ("import sys, json, numpy as np; from llama_cpp import Llama; "
+            "llm = Llama(model_path=sys.argv[1], n_ctx=64, logits_all=True, verbose=False); "
+            "llm.eval(json.loads(sys.argv[2])); np.save(sys.stdout.buffer, np.array(llm.scores[:llm.n_tokens]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(model), json.dumps(tokens)], env=build.env(),
+                          capture_output=True, check=True)
+    import io
+    return np.load(io.BytesIO(proc.stdout))
+
+
+@pytest.mark.parametrize("arch,shape", [("LlamaForCausalLM", "tiny-untied"), ("Qwen2ForCausalLM", "tiny-tied"),
+                                        ("Qwen3ForCausalLM", "tiny-untied")])
+def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, tmp_path, arch, shape):
+    out = tmp_path / "out.gguf"
+    result = run(tiny_hf(arch, shape), out, "--calib", calib_text, *FAST)
+    assert result.exit_code == 0, result.output
+    reader = GGUFReader(out)
+    types = {t.name: t.tensor_type for t in reader.tensors if len([d for d in t.shape if d > 1]) == 2}
+    assert ("output.weight" in types) == (shape == "tiny-untied")
+    assert {t for t in types.values()} == {GGMLQuantizationType.Q4_0}
+    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("awq2gguf.")}
+    assert meta["awq2gguf.calibration.source"] == "file:zen.txt"
+    assert (meta["awq2gguf.calibration.samples"], meta["awq2gguf.calibration.tokens"]) == (4, 64)
+    assert meta["awq2gguf.group_size"] == 32 and meta["awq2gguf.clip"] is True
+    assert meta["awq2gguf.alpha_grid"] == "0..1 (21 points)"
+    for build in builds.values():
+        proc = generate(build, out)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert leftovers(tmp_path) == []
+
+
+def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_path):
+    """Default calibration (the model samples its own text), then llama.cpp's logits vs torch's FP ones."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
+    out = tmp_path / "out.gguf"
+    result = run(model_dir, out, *FAST)
+    assert result.exit_code == 0, result.output
+    assert GGUFReader(out).fields["awq2gguf.calibration.source"].contents() == "generated:seed=0"
+
+    with torch.no_grad():
+        fp = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)(
+            torch.tensor([PROMPT_IDS])).logits[0].numpy()
+    f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
+
+    def cosine(a, b):
+        a, b = a - a.mean(-1, keepdims=True), b - b.mean(-1, keepdims=True)
+        return float(((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)).min())
+
+    # The unquantized conversion matches torch closely: the comparison itself is sound.
+    assert cosine(llama_cpp_logits(builds["patched"], f16, PROMPT_IDS), fp) > 0.999
+    for build in builds.values():
+        assert cosine(llama_cpp_logits(build, out, PROMPT_IDS), fp) > 0.95
+
+
+def test_untie_output_adds_a_separate_output_matrix(tiny_hf, calib_text, tmp_path):
+    out = tmp_path / "out.gguf"
+    result = run(tiny_hf("Qwen2ForCausalLM", "tiny-tied"), out, "--calib", calib_text, "--untie-output", *FAST)
+    assert result.exit_code == 0, result.output
+    reader = GGUFReader(out)
+    names = {t.name: t.tensor_type for t in reader.tensors}
+    assert names["output.weight"] == names["token_embd.weight"] == GGMLQuantizationType.Q4_0
+    assert reader.fields["awq2gguf.untie_output"].contents() is True
+
+
+def _broken(tiny_hf, tmp_path, how):
+    src = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
+    d = tmp_path / "model"
+    shutil.copytree(src, d)
+    config = json.loads((d / "config.json").read_text())
+    if how == "no config":
+        (d / "config.json").unlink()
+    elif how == "bad json":
+        (d / "config.json").write_text("{ not json")
+    elif how == "gpt2":
+        (d / "config.json").write_text(json.dumps(dict(config, architectures=["GPT2LMHeadModel"])))
+    elif how == "no weights":
+        (d / "model.safetensors").unlink()
+    elif how == "corrupt weights":
+        data = (d / "model.safetensors").read_bytes()
+        (d / "model.safetensors").write_bytes(data[:len(data) // 2])
+    elif how == "missing tensor":
+        from safetensors.torch import load_file, save_file
+        tensors = load_file(d / "model.safetensors")
+        del tensors["model.layers.1.mlp.down_proj.weight"]
+        save_file(tensors, d / "model.safetensors", metadata={"format": "pt"})
+    elif how == "bad tokenizer":
+        (d / "tokenizer.json").write_text("{")
+    return d
+
+
+@pytest.mark.parametrize("how,message", [
+    ("no config", "has no config.json: not a Hugging Face model folder"),
+    ("bad json", "config.json is not valid JSON"),
+    ("gpt2", "architecture GPT2LMHeadModel is not supported; supported: LlamaForCausalLM, MistralForCausalLM, "
+             "Qwen2ForCausalLM, Qwen3ForCausalLM"),
+    ("no weights", "has no weights (*.safetensors or pytorch_model*.bin)"),
+    ("corrupt weights", "do not load"),
+    ("missing tensor", "lack 1 tensors, e.g. model.layers.1.mlp.down_proj.weight"),
+    ("bad tokenizer", "does not load"),
+])
+def test_bad_model_folder_gets_one_line_and_no_output(tiny_hf, calib_text, tmp_path, how, message):
+    model_dir = _broken(tiny_hf, tmp_path, how)
+    out = tmp_path / "out.gguf"
+    result = run(model_dir, out, "--calib", calib_text, *FAST)
+    assert result.exit_code == 1
+    assert message in result.output and "Traceback" not in result.output
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_bad_calibration_and_output_paths(tiny_hf, calib_text, tmp_path):
+    model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
+    out = tmp_path / "out.gguf"
+    cases = [
+        (("--calib", calib_text, "--calib-samples", "64", "--calib-tokens", "512"),
+         "samples of 512 tokens need 32768. Give more text, or lower --calib-samples / --calib-tokens"),
+        (("--calib", tmp_path / "missing.txt"), "missing.txt does not exist"),
+    ]
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_text('{"text": "fine"}\n{"content": "no text field"}\n')
+    cases.append((("--calib", bad_jsonl), 'bad.jsonl:2: expected a JSON object with a "text" field'))
+    for args, message in cases:
+        result = run(model_dir, out, *args)
+        assert result.exit_code == 1 and message in result.output, result.output
+    result = run(model_dir, tmp_path / "no-such-dir" / "out.gguf", "--calib", calib_text, *FAST)
+    assert result.exit_code == 1 and "no-such-dir" in result.output and "does not exist" in result.output
+    assert not out.exists() and leftovers(tmp_path) == []
+    result = run(tmp_path / "nowhere", out)
+    assert result.exit_code == 1 and "nowhere is not a directory" in result.output
+
+
+def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):
+    from awq2gguf.calibration import from_file
+    from awq2gguf.checkpoint import load_tokenizer
+
+    jsonl = tmp_path / "calib.jsonl"
+    jsonl.write_text("".join(json.dumps({"text": p}) + "\n" for p in calib_text.read_text().split("\n\n") if p))
+    tokenizer = load_tokenizer(tiny_hf("Qwen2ForCausalLM", "tiny-tied"))
+    calib = from_file(tokenizer, jsonl, 4, 64)
+    assert calib.input_ids.shape == (4, 64)
+    assert "Beautiful is better than ugly" in tokenizer.decode(calib.input_ids[0])
