@@ -25,6 +25,9 @@ from ..q4_0 import BLOCK, q4_0_fake_quant
 DEFAULT_GRID = tuple(i / 20 for i in range(21))
 # Fractions of each block's largest magnitude to try (AutoAWQ: 20 steps, at most half cut off).
 CLIP_GRID = tuple(1 - i / 20 for i in range(10))
+# The searches quantize matrices this many rows at a time: a vocabulary-wide output matrix would
+# otherwise need several transient copies of itself.
+ROWS_PER_STEP = 8192
 
 
 @dataclass
@@ -92,8 +95,10 @@ def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor)
     """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W."""
     err = 0.0
     for linear in consumers:
-        w = linear.weight.float()
-        err += stats.error(w - q4_0_fake_quant(w * s) / s)
+        n_rows = linear.weight.shape[0]
+        for w in linear.weight.split(ROWS_PER_STEP):
+            w = w.float()
+            err += stats.error(w - q4_0_fake_quant(w * s) / s) * w.shape[0] / n_rows
     return err
 
 
@@ -118,12 +123,12 @@ def search_scales(stats: InputStats, consumers: list[nn.Linear], grid=DEFAULT_GR
 
 
 @torch.no_grad()
-def search_clip(stats: InputStats, linear: nn.Linear, grid=CLIP_GRID, rows_per_step: int = 4096) -> torch.Tensor:
+def search_clip(stats: InputStats, linear: nn.Linear, grid=CLIP_GRID, rows_per_step: int = ROWS_PER_STEP) -> torch.Tensor:
     """Per-block clip values (rows, blocks): clamping each block to +-value minimises its output error."""
     gram_blocks = stats.block_grams()
     w = linear.weight.float()
     out = torch.empty(w.shape[0], w.shape[1] // BLOCK)
-    for start in range(0, w.shape[0], rows_per_step):  # bounds memory on wide outputs
+    for start in range(0, w.shape[0], rows_per_step):
         blocks = w[start:start + rows_per_step].reshape(-1, w.shape[1] // BLOCK, BLOCK)
         peak = blocks.abs().amax(dim=-1)
         best_err = torch.full_like(peak, float("inf"))

@@ -13,12 +13,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..builds import BUILD_NAMES, BuildMissing, get_build
-from ..paths import DEFAULT_EVAL_TEXT
+from ..calibration import CalibrationError
+from ..checkpoint import CheckpointError
+from ..paths import DEFAULT_EVAL_TEXT, MODELS_DIR
 from ..pypi_assets import AssetError
 from ..quantize import QuantizeError
+from ..smollm2 import smollm2_f16, smollm2_hf
 from ..synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
-from . import perplexity, plots, results, roofline as roofline_mod, tables
+from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, tables
 from .accuracy import evaluate_model
 from .llama_bench import ENGINES, BenchError, run_llama_bench
 from .machine import busy_warning, physical_cores, threads_warning
@@ -27,7 +30,7 @@ from .speed import paired_ratios, run_interleaved
 from .tasks import TASKS, load_items
 
 err = Console(stderr=True)
-ERRORS = (BuildMissing, BenchError, QuantizeError, AssetError)
+ERRORS = (BuildMissing, BenchError, QuantizeError, AssetError, CalibrationError, CheckpointError)
 
 
 def _log(msg: str) -> None:
@@ -308,13 +311,58 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
 
 
 @main.command()
+@click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
+              help="Build that quantizes and evaluates every variant.")
+@click.option("--text", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_EVAL_TEXT,
+              show_default="$AWQ2GGUF_EVAL_TEXT or ../shared/data/wikitext-2-raw-test.txt",
+              help="WikiText-2 raw test: perplexity on its start, calibration from its second half.")
+@click.option("--ctx", type=click.IntRange(16), default=512, show_default=True, help="Perplexity context.")
+@click.option("--chunks", type=click.IntRange(1), default=20, show_default=True, help="Perplexity windows.")
+@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@click.option("--autoawq/--no-autoawq", default=None,
+              help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
+@click.option("-t", "--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
+@JSON
+def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, autoawq, threads, as_json):
+    """All-Q4_0 SmolLM2-135M made by each method (plain, llama.cpp imatrix, awq2gguf with a
+    calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
+    FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
+    each took to make."""
+    if not text.is_file():
+        raise click.BadParameter(f"{text} not found. Pass --text FILE or set AWQ2GGUF_EVAL_TEXT to the "
+                                 "WikiText-2 raw test text.", param_hint="--text")
+    if autoawq and not awq_compare.autoawq_available():
+        raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
+    busy = _check_machine(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            build = get_build(build_name)
+            f16 = smollm2_f16()
+            plain = quantized_by(build, f16, "Q4_0", _log)
+            made = awq_compare.make_variants(
+                build, smollm2_hf(), f16, plain, text, MODELS_DIR / "awq-compare", calib_samples, calib_tokens,
+                awq_compare.autoawq_available() if autoawq is None else autoawq, threads, _log)
+            _log("computing FP16 logits, then each variant's PPL and KLD")
+            base_logits = Path(tmp) / "base.kld"
+            fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
+            rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
+        except ERRORS as e:
+            raise click.ClickException(str(e)) from e
+    report = {"kind": "awq", "model": "SmolLM2-135M-Instruct", "build": build_name, "text": str(text),
+              "ctx": ctx, "chunks": chunks, "calib_samples": calib_samples, "calib_tokens": calib_tokens,
+              "fp16_ppl": fp16_ppl, "busy_warning": busy, "rows": rows}
+    _finish("awq", report, tables.awq_table(report), as_json)
+
+
+@main.command()
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
 def report(files, out):
     """Render saved results as Markdown tables: the given JSON FILES in order, or else the latest
     result of each kind under bench/results/raw/."""
     builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
-                "ops": tables.ops_table, "eval": tables.eval_table}
+                "ops": tables.ops_table, "eval": tables.eval_table, "awq": tables.awq_table}
     reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders if (r := results.latest(kind))]
     if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")

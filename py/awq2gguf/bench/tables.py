@@ -61,6 +61,18 @@ def eval_table(report: dict) -> Table:
     return Table(title, headers, rows)
 
 
+def awq_table(report: dict) -> Table:
+    title = (f"all-Q4_0 {report['model']} on the {report['build']} build: perplexity over {report['chunks']} x "
+             f"{report['ctx']} tokens (FP16: {report['fp16_ppl']:.3f}), KLD vs FP16; calibration "
+             f"{report['calib_samples']} x {report['calib_tokens']} tokens")
+    headers = ["method", "size MiB", "PPL", "KLD", "same top %", "PPL gap closed %", "make s", "peak RSS MiB"]
+    opt = lambda v, fmt: "-" if v is None else format(v, fmt)
+    rows = [[r["model"], f"{r['size_mib']:.1f}", f"{r['ppl']:.3f}", f"{r['kld']:.4f}", f"{r['same_top_p']:.2f}",
+             f"{100 * r['gap_closed']:.0f}", opt(r["make_s"], ".0f"), opt(r["peak_rss_mib"], ".0f")]
+            for r in report["rows"]]
+    return Table(title, headers, rows)
+
+
 def print_rich(table: Table) -> None:
     out = Console()
     if not out.is_terminal:

@@ -1,0 +1,98 @@
+"""`bench awq`: ways of making an all-Q4_0 SmolLM2-135M, made and measured against its FP16.
+
+Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file and
+with self-sampled text (and with --untie-output), and the AutoAWQ engine when installed. The
+calibration windows come from the second half of the evaluation text, which the perplexity
+windows (at its start) never reach, and are written to one file that awq2gguf, AutoAWQ and
+llama-imatrix all read, so every method sees the same text.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..builds import Build
+from ..calibration import from_text
+from ..checkpoint import load_tokenizer
+from ..quantize import quantize
+from .llama_bench import BenchError, run_tool
+from .peak_rss import run_with_peak_rss
+
+
+@dataclass(frozen=True)
+class Made:
+    label: str
+    path: Path
+    seconds: float | None = None
+    peak_rss: int | None = None
+
+
+def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path) -> Path:
+    """n_samples + 1 windows (one spare: re-tokenizing decoded text can lose a token or two) from
+    the second half of eval_text, decoded into one file."""
+    tokenizer = load_tokenizer(model_dir)
+    text = eval_text.read_text()
+    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + 1, n_tokens, str(eval_text))
+    out.write_text("".join(tokenizer.decode(row) for row in calib.input_ids))
+    return out
+
+
+def imatrix_q4_0(build: Build, f16: Path, calib: Path, n_samples: int, n_tokens: int, out: Path,
+                 threads: int) -> Made:
+    start = time.monotonic()
+    matrix = out.with_suffix(".imatrix.gguf")
+    run_tool(build, "llama-imatrix", ["-m", str(f16), "-f", str(calib), "-c", str(n_tokens),
+                                      "--chunks", str(n_samples), "-o", str(matrix), "-t", str(threads)])
+    quantize(build, f16, out, "Q4_0", extra_args=("--imatrix", str(matrix)))
+    matrix.unlink()
+    return Made("all-Q4_0 + llama.cpp imatrix", out, time.monotonic() - start)
+
+
+def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Build) -> Made:
+    """Run the awq2gguf command as a user would, timing it and taking its peak RSS (children included)."""
+    cli = Path(sys.executable).with_name("awq2gguf")
+    start = time.monotonic()
+    proc, peak = run_with_peak_rss([str(cli), str(model_dir), str(out), "--build", build.name, *args])
+    if proc.returncode != 0:
+        raise BenchError(f"awq2gguf ({label}) failed:\n{proc.stderr.strip()[-1500:]}")
+    return Made(label, out, time.monotonic() - start, peak)
+
+
+def autoawq_available() -> bool:
+    return importlib.util.find_spec("awq") is not None
+
+
+def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
+                  n_samples: int, n_tokens: int, autoawq: bool, threads: int, log=print) -> list[Made]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
+    size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
+    made = [Made("all-Q4_0 (plain)", plain)]
+    log("llama-imatrix + llama-quantize")
+    made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
+    runs = [("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
+            ("awq2gguf, self-sampled text", "awq2gguf-self-Q4_0.gguf", []),
+            ("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
+             ["--calib", str(calib), "--untie-output"])]
+    if autoawq:
+        runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
+                     ["--calib", str(calib), "--engine", "autoawq"]))
+    for label, name, args in runs:
+        log(f"awq2gguf: {label}")
+        made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))
+    return made
+
+
+def rows(made: list[Made], fp16_ppl: float, metrics) -> list[dict]:
+    """Table rows: `metrics(path)` (PPL, KLD vs FP16) plus the share of plain all-Q4_0's
+    perplexity gap to FP16 each method closes."""
+    out = [dict(model=m.label, size_mib=m.path.stat().st_size / 2**20, make_s=m.seconds,
+                peak_rss_mib=m.peak_rss / 2**20 if m.peak_rss else None, **metrics(m.path)) for m in made]
+    plain = out[0]["ppl"]
+    for r in out:
+        r["gap_closed"] = (plain - r["ppl"]) / (plain - fp16_ppl)
+    return out
