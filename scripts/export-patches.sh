@@ -12,7 +12,8 @@ if [ -n "$(git -C "$src" status --porcelain)" ]; then
 fi
 mkdir -p "$out"
 rm -f "$out"/*.patch
-git -C "$src" format-patch -q --zero-commit --no-signature --no-stat --full-index \
+# -N: every subject stays "[PATCH]", so adding a patch does not rewrite the ones before it.
+git -C "$src" format-patch -q -N --zero-commit --no-signature --no-stat --full-index \
     -o "$(cd "$out" && pwd)" base..HEAD
 if [ "$out" = patches ]; then
     # Record that the work tree and the series agree, so the next build does not re-apply.
