@@ -1,4 +1,5 @@
 import codecs
+import os
 import subprocess
 import this
 from pathlib import Path
@@ -62,6 +63,16 @@ def calib_text(tmp_path_factory):
     path = tmp_path_factory.mktemp("calib") / "zen.txt"
     path.write_text((codecs.decode(this.s, "rot13") + "\n\n") * 8)
     return path
+
+
+def run_kernel_test(build, name: str, out_dir: Path, *args: str) -> str:
+    """Compile tests/kernels/NAME.cpp against the build's ggml and return what it prints."""
+    exe = out_dir / f"{name}-{build.name}"
+    if not exe.exists():
+        subprocess.run([os.environ.get("CXX", "c++"), "-O2", "-std=c++17", str(REPO / "tests" / "kernels" / f"{name}.cpp"),
+                        "-o", str(exe), "-I", str(REPO / "vendor" / "llama.cpp" / "ggml" / "include"), "-L", str(build.lib_dir),
+                        f"-Wl,-rpath,{build.lib_dir}", "-lggml", "-lggml-base", "-lggml-cpu"], check=True)
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, check=True).stdout
 
 
 def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:

@@ -1,0 +1,211 @@
+// Repacked Q4_0 (CPU_REPACK, q4_0_8x8 layout) through a build's ggml CPU backend.
+//
+// For each case it prints one line:
+//   kernel <gemm|gemv> K=<k> N=<n> M=<m> max_rel_err <e> hash <h>
+//       the build's ggml_gemm/gemv_q4_0_8x8_q8_0 against ggml's own scalar _generic kernel on the
+//       same repacked weights and quantized activations. Integer block sums are exact in both, so
+//       the error is float accumulation order only; relative to the row's largest |output|. The
+//       hash of the kernel's output bits lets two builds be compared (inputs are seeded).
+//   mul_mat K=<k> N=<n> M=<m> max_rel_err <e>
+//       MUL_MAT with the weight in a CPU_REPACK buffer against the same weight in a plain buffer.
+//   get_rows K=<k> N=<n> <unsupported | mismatches <count>>
+//       GET_ROWS from the CPU_REPACK tensor against the plain one (bit for bit when supported).
+// Built by tests/test_q4_0_repack.py against each build's libggml; usage: q4_0_repack [threads]
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" {
+void ggml_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k);
+void ggml_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void ggml_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
+}
+
+static std::mt19937 rng(42);
+
+// Gaussian values with a few large outliers per row, as in real weights and activations.
+static std::vector<float> random_matrix(int64_t rows, int64_t cols, float scale) {
+    std::normal_distribution<float> normal(0.0f, scale);
+    std::uniform_int_distribution<int64_t> pick(0, cols - 1);
+    std::vector<float> m(rows * cols);
+    for (auto & v : m) v = normal(rng);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int i = 0; i < 3; i++) m[r * cols + pick(rng)] *= 20.0f;
+    }
+    return m;
+}
+
+static ggml_backend_buffer_type_t repack_buft(ggml_backend_t cpu) {
+    ggml_backend_dev_t dev = ggml_backend_get_device(cpu);
+    auto get_extra = (ggml_backend_dev_get_extra_bufts_t)
+        ggml_backend_reg_get_proc_address(ggml_backend_dev_backend_reg(dev), "ggml_backend_dev_get_extra_bufts");
+    for (ggml_backend_buffer_type_t * b = get_extra ? get_extra(dev) : nullptr; b && *b; b++) {
+        if (std::string(ggml_backend_buft_name(*b)) == "CPU_REPACK") return *b;
+    }
+    fprintf(stderr, "no CPU_REPACK buffer type in this build\n");
+    exit(2);
+}
+
+static uint64_t fnv1a(const float * v, size_t n, uint64_t h = 1469598103934665603ull) {
+    const uint8_t * p = (const uint8_t *) v;
+    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static double max_rel_err(const float * got, const float * ref, int64_t rows, int64_t cols) {
+    double worst = 0.0;
+    for (int64_t r = 0; r < rows; r++) {
+        double scale = 1e-30;
+        for (int64_t c = 0; c < cols; c++) scale = std::max(scale, (double) fabsf(ref[r * cols + c]));
+        for (int64_t c = 0; c < cols; c++) {
+            const double e = fabs((double) got[r * cols + c] - ref[r * cols + c]) / scale;
+            worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+        }
+    }
+    return worst;
+}
+
+struct Weights {
+    ggml_context * ctx;
+    ggml_tensor * repacked, * plain;
+    ggml_backend_buffer_t buf_repacked, buf_plain;
+};
+
+static Weights make_weights(ggml_backend_t cpu, int64_t k, int64_t n) {
+    Weights w;
+    ggml_init_params params = {2 * ggml_tensor_overhead(), nullptr, true};
+    w.ctx = ggml_init(params);
+    w.repacked = ggml_new_tensor_2d(w.ctx, GGML_TYPE_Q4_0, k, n);
+    w.plain    = ggml_new_tensor_2d(w.ctx, GGML_TYPE_Q4_0, k, n);
+    w.buf_repacked = ggml_backend_buft_alloc_buffer(repack_buft(cpu), ggml_nbytes(w.repacked));
+    w.buf_plain    = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), ggml_nbytes(w.plain));
+    ggml_backend_tensor_alloc(w.buf_repacked, w.repacked, ggml_backend_buffer_get_base(w.buf_repacked));
+    ggml_backend_tensor_alloc(w.buf_plain, w.plain, ggml_backend_buffer_get_base(w.buf_plain));
+
+    const std::vector<float> f = random_matrix(n, k, 0.02f);
+    std::vector<uint8_t> q(ggml_nbytes(w.plain));
+    ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
+    ggml_backend_tensor_set(w.plain, q.data(), 0, q.size());
+    ggml_backend_tensor_set(w.repacked, q.data(), 0, q.size());  // repacks into the q4_0_8x8 layout
+    return w;
+}
+
+static void free_weights(Weights & w) {
+    ggml_backend_buffer_free(w.buf_repacked);
+    ggml_backend_buffer_free(w.buf_plain);
+    ggml_free(w.ctx);
+}
+
+// The kernels straight, on the weights as CPU_REPACK laid them out.
+static void check_kernels(const Weights & w, int64_t k, int64_t n, int64_t m) {
+    const std::vector<float> x = random_matrix(m, k, 1.0f);
+    const int64_t nb = k / 32;
+    std::vector<float> got(m * n), ref(m * n);
+    if (m % 4 == 0) {
+        std::vector<uint8_t> xq(m / 4 * nb * (4 * 2 + 4 * 32));  // block_q8_0x4 per 4 rows and 32 K
+        for (int64_t r = 0; r < m; r += 4) {
+            ggml_quantize_mat_q8_0_4x8(x.data() + r * k, xq.data() + r / 4 * nb * 136, k);
+        }
+        ggml_gemm_q4_0_8x8_q8_0(k, got.data(), n, w.repacked->data, xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.repacked->data, xq.data(), m, n);
+        printf("kernel gemm K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx\n", (long long) k, (long long) n,
+               (long long) m, max_rel_err(got.data(), ref.data(), m, n), (unsigned long long) fnv1a(got.data(), m * n));
+    }
+    const auto from_float = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    std::vector<uint8_t> row(ggml_row_size(GGML_TYPE_Q8_0, k));
+    double worst = 0.0;
+    uint64_t hash = 1469598103934665603ull;
+    for (int64_t r = 0; r < m; r++) {
+        from_float(x.data() + r * k, row.data(), k);
+        ggml_gemv_q4_0_8x8_q8_0(k, got.data(), n, w.repacked->data, row.data(), 1, n);
+        ggml_gemv_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.repacked->data, row.data(), 1, n);
+        worst = std::max(worst, max_rel_err(got.data(), ref.data(), 1, n));
+        hash = fnv1a(got.data(), n, hash);
+    }
+    printf("kernel gemv K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx\n", (long long) k, (long long) n,
+           (long long) m, worst, (unsigned long long) hash);
+}
+
+// MUL_MAT and GET_ROWS as graphs on the CPU backend, repacked weight against plain weight.
+static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t n, int64_t m) {
+    ggml_init_params params = {64 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true};
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, m);
+    ggml_tensor * ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2 * n + 1);
+    ggml_backend_buffer_t inputs = ggml_backend_alloc_ctx_tensors(ctx, cpu);
+
+    const std::vector<float> xf = random_matrix(m, k, 1.0f);
+    ggml_backend_tensor_set(x, xf.data(), 0, ggml_nbytes(x));
+    std::vector<int32_t> idv;
+    for (int64_t i = 0; i < n; i++) idv.push_back((int32_t) i);            // every row once
+    for (int64_t i = 0; i <= n; i++) idv.push_back((int32_t) ((i * 7919) % n));  // and repeats, out of order
+    ggml_backend_tensor_set(ids, idv.data(), 0, ggml_nbytes(ids));
+
+    ggml_tensor * mm_rep   = ggml_mul_mat(ctx, w.repacked, x);
+    ggml_tensor * mm_plain = ggml_mul_mat(ctx, w.plain, x);
+    ggml_tensor * gr_rep   = ggml_get_rows(ctx, w.repacked, ids);
+    ggml_tensor * gr_plain = ggml_get_rows(ctx, w.plain, ids);
+    const bool get_rows_ok = ggml_backend_supports_op(cpu, gr_rep);
+
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, mm_rep);
+    ggml_build_forward_expand(gf, mm_plain);
+    ggml_build_forward_expand(gf, gr_plain);
+    if (get_rows_ok) ggml_build_forward_expand(gf, gr_rep);
+    ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_cpu_buffer_type());
+    ggml_gallocr_alloc_graph(galloc, gf);
+    if (ggml_backend_graph_compute(cpu, gf) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "graph compute failed\n");
+        exit(2);
+    }
+
+    std::vector<float> a(m * n), b(m * n);
+    ggml_backend_tensor_get(mm_rep, a.data(), 0, ggml_nbytes(mm_rep));
+    ggml_backend_tensor_get(mm_plain, b.data(), 0, ggml_nbytes(mm_plain));
+    printf("mul_mat K=%lld N=%lld M=%lld max_rel_err %.3e\n", (long long) k, (long long) n, (long long) m,
+           max_rel_err(a.data(), b.data(), m, n));
+
+    if (!get_rows_ok) {
+        printf("get_rows K=%lld N=%lld unsupported\n", (long long) k, (long long) n);
+    } else {
+        std::vector<float> g(ggml_nelements(gr_rep)), h(ggml_nelements(gr_plain));
+        ggml_backend_tensor_get(gr_rep, g.data(), 0, ggml_nbytes(gr_rep));
+        ggml_backend_tensor_get(gr_plain, h.data(), 0, ggml_nbytes(gr_plain));
+        int64_t mismatches = 0;
+        for (size_t i = 0; i < g.size(); i++) mismatches += memcmp(&g[i], &h[i], sizeof(float)) != 0;
+        printf("get_rows K=%lld N=%lld mismatches %lld\n", (long long) k, (long long) n, (long long) mismatches);
+    }
+    ggml_gallocr_free(galloc);
+    ggml_backend_buffer_free(inputs);
+    ggml_free(ctx);
+}
+
+int main(int argc, char ** argv) {
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    ggml_backend_cpu_set_n_threads(cpu, argc > 1 ? atoi(argv[1]) : 2);
+    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column tile, a
+    // few, and an odd number of tiles. M: decode (1), below/at/above the 4-row GEMM groups, prefill.
+    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}};
+    const int64_t rows[] = {1, 3, 4, 5, 8, 13, 64};
+    for (const auto & s : shapes) {
+        Weights w = make_weights(cpu, s[0], s[1]);
+        for (int64_t m : rows) {
+            check_kernels(w, s[0], s[1], m);
+            check_ops(cpu, w, s[0], s[1], m);
+        }
+        free_weights(w);
+    }
+    ggml_backend_free(cpu);
+    return 0;
+}

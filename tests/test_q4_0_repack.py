@@ -1,0 +1,51 @@
+"""Repacked Q4_0 on x86: the patched AVX2 GEMM/GEMV (patch 0004) and GET_ROWS from the repacked
+layout (patch 0003), each build against ggml's own references (tests/kernels/q4_0_repack.cpp)."""
+
+import re
+
+import pytest
+
+from conftest import run_kernel_test
+
+# Integer block sums are exact; what differs is the order of float accumulation over K/32 blocks.
+KERNEL_TOLERANCE = 1e-5
+# Repacked vs plain MUL_MAT also quantize the activations through different code paths.
+MUL_MAT_TOLERANCE = 1e-4
+_KERNEL = re.compile(r"kernel (gemm|gemv) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+)")
+_MUL_MAT = re.compile(r"mul_mat K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+)")
+_GET_ROWS = re.compile(r"get_rows K=(\d+) N=(\d+) (unsupported|mismatches (\d+))")
+
+
+@pytest.fixture(scope="module")
+def reports(builds, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("q4_0_repack")
+    return {name: run_kernel_test(build, "q4_0_repack", tmp, "2") for name, build in builds.items()}
+
+
+@pytest.mark.parametrize("build_name", ["stock", "patched"])
+def test_kernels_match_ggml_generic_reference(reports, build_name):
+    results = _KERNEL.findall(reports[build_name])
+    assert {kind for kind, *_ in results} == {"gemm", "gemv"} and len(results) >= 40
+    too_far = [r for r in results if not float(r[4]) <= KERNEL_TOLERANCE]
+    assert too_far == []
+
+
+def test_patched_kernels_give_stock_kernels_output_bit_for_bit(reports):
+    """The AVX2 kernel sums the same integers and applies the scales in the same order as stock's
+    LUT kernel, so its logits are identical; only the instructions that get there differ."""
+    hashes = {name: [(r[:4], r[5]) for r in _KERNEL.findall(out)] for name, out in reports.items()}
+    assert hashes["patched"] == hashes["stock"]
+
+
+@pytest.mark.parametrize("build_name", ["stock", "patched"])
+def test_repacked_mul_mat_matches_plain_q4_0(reports, build_name):
+    results = _MUL_MAT.findall(reports[build_name])
+    assert len(results) == 28
+    assert [r for r in results if not float(r[-1]) <= MUL_MAT_TOLERANCE] == []
+
+
+def test_get_rows_from_the_repacked_layout_is_bit_exact(reports):
+    patched = _GET_ROWS.findall(reports["patched"])
+    assert len(patched) == 28 and all(r[2] != "unsupported" and r[3] == "0" for r in patched)
+    # Stock has no GET_ROWS on CPU_REPACK: that is why it keeps a second, plain copy of tied embeddings.
+    assert all(r[2] == "unsupported" for r in _GET_ROWS.findall(reports["stock"]))
