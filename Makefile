@@ -7,7 +7,7 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
-        setup autoawq run test clean distclean
+        arm-build arm-check setup autoawq run test clean distclean
 
 help:
 	@echo "make run            set up everything, run awq2gguf on SmolLM2-135M, benchmark decode patched vs stock"
@@ -15,6 +15,8 @@ help:
 	@echo "make vendor         fetch and verify the pinned llama.cpp into vendor/llama.cpp"
 	@echo "make patched-build  apply patches/ and build into build/patched"
 	@echo "make stock-build    build the unpatched pin into build/stock"
+	@echo "make arm-build      cross-compile stock and patched for aarch64 (SVE with i8mm, and A64FX) into build/arm-*"
+	@echo "make arm-check      run the ARM kernel checks under qemu-aarch64 at SVE 128/256/512/1024 bits and as an A64FX"
 	@echo "make patches-export regenerate patches/ from vendor/llama.cpp commits on top of base"
 	@echo "make patches-reset  drop unexported commits in vendor/llama.cpp and re-apply patches/"
 	@echo "make setup          create $(VENV) with torch (local CPU wheel), llama-cpp-python and this package"
@@ -41,6 +43,16 @@ stock-build: vendor
 	@scripts/build.sh stock vendor/llama.cpp-stock
 
 builds: stock-build patched-build
+
+# aarch64 cross builds for the QEMU checks: sve (armv8.6-a: i8mm, dotprod) and a64fx (no i8mm/dotprod).
+ARM_VARIANTS := sve a64fx
+arm-build: patches-apply
+	@for v in $(ARM_VARIANTS); do \
+	    scripts/build-arm.sh stock vendor/llama.cpp-stock $$v && scripts/build-arm.sh patched vendor/llama.cpp $$v || exit 1; \
+	done
+
+arm-check: setup builds arm-build
+	$(VPY) -m pytest tests/test_arm.py
 
 # torch first, from the exact local CPU wheel: anything that pulls torch later finds it satisfied.
 # llama-cpp-python is installed from the pinned, hash-checked sdist without its own llama.cpp
@@ -72,7 +84,7 @@ run: setup builds
 	    $(VENV)/bin/awq2gguf "$$model" "$$(dirname "$$model")/smollm2-135m-instruct-awq-Q4_0.gguf"
 	$(VENV)/bin/bench decode
 
-test: setup autoawq builds
+test: setup autoawq builds arm-build
 	$(VPY) -m pytest
 
 clean:

@@ -2,32 +2,21 @@
 # Configure and build one llama.cpp source tree into build/NAME with the toolkit's flags.
 # Usage: scripts/build.sh NAME SOURCE_DIR
 # Both builds use the same flags, so stock vs patched differ only by the patch series.
-# ccache, when installed, makes a rebuild in a fresh clone on the same machine cheap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1 src=$2
 out=build/$name
 jobs=${JOBS:-$(nproc)}
 
-if [ ! -f "$src/CMakeLists.txt" ]; then
-    echo "build: $src has no llama.cpp source; run 'make vendor' first" >&2
-    exit 1
-fi
+tag=build
+source scripts/cmake-common.sh
 
 targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
          test-backend-ops test-quantize-fns test-export-graph-ops)
 
-launcher=()
-if command -v ccache >/dev/null; then
-    export CCACHE_BASEDIR=$(pwd) CCACHE_NOHASHDIR=1
-    launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-fi
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-
 mkdir -p "$out"
 if [ ! -f "$out/CMakeCache.txt" ]; then
-    cmake -S "$src" -B "$out" "${generator[@]}" "${launcher[@]}" \
+    cmake -S "$src" -B "$out" "${cmake_common[@]}" \
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=ON \
         -DGGML_NATIVE=ON \

@@ -1,5 +1,7 @@
 """`--engine autoawq`: AutoAWQ 0.2.9's search, folded into FP weights that still compute the FP function."""
 
+import importlib.util
+
 import pytest
 import torch
 from click.testing import CliRunner
@@ -11,7 +13,7 @@ from awq2gguf.cli import main
 from awq2gguf.pipeline import Options
 from test_awq2gguf_cli import FAST, PROMPT_IDS
 
-pytest.importorskip("awq", reason="AutoAWQ is not installed: `make autoawq`")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("awq") is None, reason="AutoAWQ is not installed: `make autoawq`")
 
 
 def test_folded_scales_leave_the_fp_logits_unchanged(tiny_hf, calib_text, tmp_path):

@@ -79,3 +79,14 @@ def test_roofline_reports_fractions(builds, tmp_path):
     for row in report["rows"]:
         assert 0 < row["decode_fraction"] and 0 < row["prefill_fraction"]
         assert row["decode_bound_tps"] == pytest.approx(report["bandwidth"]["read_gbs"] * 1e9 / row["bytes_per_token"])
+
+
+def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
+    proc = bench(tmp_path, "awq-cost", "--shape", "tiny-tied", "--calib-samples", "2", "--calib-tokens", "32",
+                 "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["kind"] == "awq-cost" and report["seconds"] > 0 and report["out_mib"] > 0
+    # awq2gguf loads torch and the model, so its peak is well above a bare interpreter's
+    assert report["peak_rss_mib"] > 100
+    assert (tmp_path / "models" / "synthetic-tiny-tied-hf" / "config.json").is_file()

@@ -1,13 +1,15 @@
-// Repacked Q4_0 (CPU_REPACK, q4_0_8x8 layout) through a build's ggml CPU backend.
+// Repacked Q4_0 through a build's ggml CPU backend.
 //
 // For each case it prints one line:
 //   kernel <gemm|gemv> K=<k> N=<n> M=<m> max_rel_err <e> hash <h>
 //       the build's ggml_gemm/gemv_q4_0_8x8_q8_0 against ggml's own scalar _generic kernel on the
-//       same repacked weights and quantized activations. Integer block sums are exact in both, so
+//       same weights in the q4_0_8x8 layout (made here: the CPU may pick another layout) and the
+//       same quantized activations. Integer block sums are exact in both, so
 //       the error is float accumulation order only; relative to the row's largest |output|. The
 //       hash of the kernel's output bits lets two builds be compared (inputs are seeded).
 //   mul_mat K=<k> N=<n> M=<m> max_rel_err <e>
-//       MUL_MAT with the weight in a CPU_REPACK buffer against the same weight in a plain buffer.
+//       MUL_MAT with the weight in a CPU_REPACK buffer (whatever layout the build picks for this
+//       CPU) against the same weight in a plain buffer.
 //   get_rows K=<k> N=<n> <unsupported | mismatches <count>>
 //       GET_ROWS from the CPU_REPACK tensor against the plain one (bit for bit when supported).
 // Built by tests/test_q4_0_repack.py against each build's libggml; usage: q4_0_repack [threads]
@@ -80,7 +82,27 @@ struct Weights {
     ggml_context * ctx;
     ggml_tensor * repacked, * plain;
     ggml_backend_buffer_t buf_repacked, buf_plain;
+    std::vector<uint8_t> q4_0x8;  // the plain blocks in the q4_0_8x8 layout
 };
+
+// ggml's q4_0_8x8 layout: per 8 rows and 32 K, the 8 fp16 scales, then the rows' 16 bytes of
+// nibbles interleaved 8 bytes at a time (bytes 0-7 of rows 0..7, then bytes 8-15), XOR 0x88.
+static std::vector<uint8_t> to_q4_0x8(const std::vector<uint8_t> & q, int64_t k, int64_t n) {
+    const int64_t nb = k / 32;
+    std::vector<uint8_t> out(q.size());
+    uint8_t * dst = out.data();
+    for (int64_t r0 = 0; r0 < n; r0 += 8) {
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t * rows[8];
+            for (int i = 0; i < 8; i++) rows[i] = q.data() + ((r0 + i) * nb + b) * 18;  // block_q4_0: fp16 d, qs[16]
+            for (int i = 0; i < 8; i++, dst += 2) memcpy(dst, rows[i], 2);
+            for (int chunk = 0; chunk < 16; chunk++, dst += 8) {
+                for (int j = 0; j < 8; j++) dst[j] = rows[chunk % 8][2 + (chunk / 8) * 8 + j] ^ 0x88;
+            }
+        }
+    }
+    return out;
+}
 
 static Weights make_weights(ggml_backend_t cpu, int64_t k, int64_t n) {
     Weights w;
@@ -97,7 +119,8 @@ static Weights make_weights(ggml_backend_t cpu, int64_t k, int64_t n) {
     std::vector<uint8_t> q(ggml_nbytes(w.plain));
     ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
     ggml_backend_tensor_set(w.plain, q.data(), 0, q.size());
-    ggml_backend_tensor_set(w.repacked, q.data(), 0, q.size());  // repacks into the q4_0_8x8 layout
+    ggml_backend_tensor_set(w.repacked, q.data(), 0, q.size());  // repacks into the CPU's layout
+    w.q4_0x8 = to_q4_0x8(q, k, n);
     return w;
 }
 
@@ -107,7 +130,7 @@ static void free_weights(Weights & w) {
     ggml_free(w.ctx);
 }
 
-// The kernels straight, on the weights as CPU_REPACK laid them out.
+// The q4_0_8x8 kernels straight.
 static void check_kernels(const Weights & w, int64_t k, int64_t n, int64_t m) {
     const std::vector<float> x = random_matrix(m, k, 1.0f);
     const int64_t nb = k / 32;
@@ -117,8 +140,8 @@ static void check_kernels(const Weights & w, int64_t k, int64_t n, int64_t m) {
         for (int64_t r = 0; r < m; r += 4) {
             ggml_quantize_mat_q8_0_4x8(x.data() + r * k, xq.data() + r / 4 * nb * 136, k);
         }
-        ggml_gemm_q4_0_8x8_q8_0(k, got.data(), n, w.repacked->data, xq.data(), m, n);
-        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.repacked->data, xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0(k, got.data(), n, w.q4_0x8.data(), xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.q4_0x8.data(), xq.data(), m, n);
         printf("kernel gemm K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx\n", (long long) k, (long long) n,
                (long long) m, max_rel_err(got.data(), ref.data(), m, n), (unsigned long long) fnv1a(got.data(), m * n));
     }
@@ -128,8 +151,8 @@ static void check_kernels(const Weights & w, int64_t k, int64_t n, int64_t m) {
     uint64_t hash = 1469598103934665603ull;
     for (int64_t r = 0; r < m; r++) {
         from_float(x.data() + r * k, row.data(), k);
-        ggml_gemv_q4_0_8x8_q8_0(k, got.data(), n, w.repacked->data, row.data(), 1, n);
-        ggml_gemv_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.repacked->data, row.data(), 1, n);
+        ggml_gemv_q4_0_8x8_q8_0(k, got.data(), n, w.q4_0x8.data(), row.data(), 1, n);
+        ggml_gemv_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.q4_0x8.data(), row.data(), 1, n);
         worst = std::max(worst, max_rel_err(got.data(), ref.data(), 1, n));
         hash = fnv1a(got.data(), n, hash);
     }

@@ -21,6 +21,7 @@ from ..quantize import QuantizeError
 from ..smollm2 import smollm2_f16, smollm2_hf
 from ..synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
+from . import arm as arm_mod
 from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, tables
 from .accuracy import evaluate_model
 from .llama_bench import ENGINES, BenchError, run_llama_bench
@@ -355,6 +356,65 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, autoawq, thr
     _finish("awq", report, tables.awq_table(report), as_json)
 
 
+@main.command("awq-cost")
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+              help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
+@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@THREADS
+@JSON
+def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
+    """Wall time and peak RSS (children included) of `awq2gguf` with its defaults (self-sampled
+    calibration, clip search, all-Q4_0 on the patched build) on a synthetic HF model of --shape."""
+    from ..synthetic_hf import write_synthetic_hf
+
+    busy = _check_machine(threads)
+    model_dir = MODELS_DIR / f"synthetic-{shape}-hf"
+    if not (model_dir / "config.json").is_file():
+        _log(f"writing a random-weight {shape} Hugging Face folder -> {model_dir}")
+        write_synthetic_hf(SHAPES[shape], model_dir)
+    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
+    args = ["--calib-samples", str(calib_samples), "--calib-tokens", str(calib_tokens), "--threads", str(threads)]
+    with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp:
+        try:
+            made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
+                                        get_build("patched"))
+        except ERRORS as e:
+            raise click.ClickException(str(e)) from e
+        out_mib = made.path.stat().st_size / 2**20
+    report = {"kind": "awq-cost", "shape": shape, "threads": threads, "calib_samples": calib_samples,
+              "calib_tokens": calib_tokens, "checkpoint_mib": size, "out_mib": out_mib, "seconds": made.seconds,
+              "peak_rss_mib": made.peak_rss / 2**20, "busy_warning": busy}
+    _finish("awq-cost", report, tables.awq_cost_table(report), as_json)
+
+
+@main.command()
+@click.option("--target", "targets", multiple=True, type=click.Choice([t for t, _ in arm_mod.TARGETS]),
+              help="SVE length in bits, or a64fx; repeat for several. Default: all.")
+@click.option("--shape", "shape_names", multiple=True, type=click.Choice([s.name for s in arm_mod.SHAPES]),
+              help="Matmul shape; repeat for several. Default: all.")
+@JSON
+def arm(targets, shape_names, as_json):
+    """Guest instruction counts of the Q4_0 matmuls of the cross-built ARM trees (`make arm-build`)
+    under qemu-aarch64, patched/stock per SVE length and shape (Qwen2.5-0.5B's, at decode and at
+    prefill). A deterministic proxy for work done, not time."""
+    runs = [(t, v) for t, v in arm_mod.TARGETS if not targets or t in targets]
+    shapes = [s for s in arm_mod.SHAPES if not shape_names or s.name in shape_names]
+    rows = []
+    try:
+        with _progress("counting guest instructions under QEMU", len(runs) * len(shapes)) as advance:
+            for target, variant in runs:
+                for shape in shapes:
+                    counts = {b: arm_mod.matmul_insns(b, variant, target, shape) for b in ("stock", "patched")}
+                    rows.append({"target": target, "shape": shape.name, "k": shape.k, "n": shape.n, "m": shape.m,
+                                 **counts, "ratio": counts["patched"] / counts["stock"]})
+                    advance()
+    except arm_mod.ArmBenchError as e:
+        raise click.ClickException(str(e)) from e
+    report = {"kind": "arm", "note": arm_mod.PROXY_NOTE, "rows": rows}
+    _finish("arm", report, tables.arm_table(report), as_json)
+
+
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
@@ -362,7 +422,8 @@ def report(files, out):
     """Render saved results as Markdown tables: the given JSON FILES in order, or else the latest
     result of each kind under bench/results/raw/."""
     builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
-                "ops": tables.ops_table, "eval": tables.eval_table, "awq": tables.awq_table}
+                "ops": tables.ops_table, "eval": tables.eval_table, "awq": tables.awq_table,
+                "awq-cost": tables.awq_cost_table, "arm": tables.arm_table}
     reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders if (r := results.latest(kind))]
     if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")

@@ -73,6 +73,23 @@ def awq_table(report: dict) -> Table:
     return Table(title, headers, rows)
 
 
+def awq_cost_table(report: dict) -> Table:
+    title = (f"awq2gguf defaults on a random-weight {report['shape']} ({report['checkpoint_mib']:.0f} MiB checkpoint), "
+             f"{report['threads']} thread(s), self-sampled {report['calib_samples']} x {report['calib_tokens']} tokens")
+    headers = ["wall time", "peak RSS MiB", "output MiB"]
+    minutes, seconds = divmod(report["seconds"], 60)
+    return Table(title, headers, [[f"{minutes:.0f} min {seconds:02.0f} s", f"{report['peak_rss_mib']:.0f}",
+                                   f"{report['out_mib']:.1f}"]])
+
+
+def arm_table(report: dict) -> Table:
+    title = f"ARM Q4_0 matmuls under qemu-aarch64, patched/stock: {report['note']}"
+    headers = ["target", "shape (K x N, rows)", "stock insns", "patched insns", "patched/stock"]
+    rows = [[r["target"], f"{r['shape']} ({r['k']} x {r['n']}, {r['m']})", f"{r['stock']:,}", f"{r['patched']:,}",
+             f"{r['ratio']:.3f}"] for r in report["rows"]]
+    return Table(title, headers, rows)
+
+
 def print_rich(table: Table) -> None:
     out = Console()
     if not out.is_terminal:

@@ -9,6 +9,7 @@ closest it has to Q4_0 (d = max/-8). Install with `make autoawq` (no triton: unu
 from __future__ import annotations
 
 import json
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -60,8 +61,10 @@ def _snapshots_that_copy(quantizer_cls):
 
 def search_and_fold(model_dir: Path, tokenizer, calib: Calibration, opts, out_dir: Path) -> Path:
     try:
-        from awq import AutoAWQForCausalLM
-        from awq.quantize.quantizer import AwqQuantizer
+        # AutoAWQ 0.2.9 forces its deprecation banner past any warning filter; record it away
+        with warnings.catch_warnings(record=True):
+            from awq import AutoAWQForCausalLM
+            from awq.quantize.quantizer import AwqQuantizer
     except ImportError as e:
         raise AutoAwqMissing(f"AutoAWQ is not installed ({e}): run `make autoawq`") from None
 

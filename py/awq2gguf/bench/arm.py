@@ -1,0 +1,81 @@
+"""`bench arm`: guest instruction counts of the ARM builds' Q4_0 matmuls under qemu-aarch64.
+
+There is no ARM hardware here, so speed is estimated by a proxy: the number of guest
+instructions QEMU executes for a fixed matmul, counted by a TCG plugin (qemu_insn_count.c) in a
+single-threaded run. The counts are deterministic (the same binary and shapes give the same
+count), but they are not time: they ignore memory bandwidth, latencies and how many of each
+instruction a core issues per cycle.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..paths import BUILD_DIR, ROOT
+
+PLUGIN_SRC = Path(__file__).with_name("qemu_insn_count.c")
+ARM_RUN = ROOT / "scripts" / "arm-run.sh"
+PROXY_NOTE = ("guest instructions counted by QEMU: a deterministic proxy for work done, not a measurement of time "
+              "(no bandwidth, latency or issue width)")
+
+
+@dataclass(frozen=True)
+class Shape:
+    name: str
+    k: int  # input features (the weight's row length)
+    n: int  # output features
+    m: int  # activation rows: 1 = decode (GEMV), more = prefill (GEMM)
+
+
+# Qwen2.5-0.5B's matmuls (hidden 896, 2 KV heads of 64, FFN 4864), at decode and at a prefill
+# batch; 64 rows keep the emulated GEMM short and exercise the same kernel as 512.
+QWEN05_LAYER = [("attn_q", 896, 896), ("attn_k", 896, 128), ("attn_v", 896, 128), ("attn_output", 896, 896),
+                ("ffn_gate", 896, 4864), ("ffn_up", 896, 4864), ("ffn_down", 4864, 896)]
+SHAPES = [Shape(f"{name} decode", k, n, 1) for name, k, n in QWEN05_LAYER] + \
+         [Shape(f"{name} prefill x64", k, n, 64) for name, k, n in (("ffn_up", 896, 4864), ("ffn_down", 4864, 896))]
+# (target, build variant): SVE lengths on the i8mm/dotprod build, and the A64FX on its own build
+TARGETS = [("128", "sve"), ("256", "sve"), ("512", "sve"), ("a64fx", "a64fx")]
+
+
+class ArmBenchError(RuntimeError):
+    pass
+
+
+def plugin() -> Path:
+    """The counting plugin, compiled for this host on first use (or when its source changes)."""
+    lib = BUILD_DIR / "tools" / "libqemu_insn_count.so"
+    if not lib.is_file() or lib.stat().st_mtime < PLUGIN_SRC.stat().st_mtime:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", str(PLUGIN_SRC), "-o", str(lib)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ArmBenchError(f"compiling {PLUGIN_SRC} failed:\n{proc.stderr[-1500:]}")
+    return lib
+
+
+def workload(build: str, variant: str) -> Path:
+    exe = BUILD_DIR / f"arm-{variant}-{build}" / "bin" / "mul_mat_q4_0"
+    if not exe.is_file():
+        raise ArmBenchError(f"{exe} is missing: run `make arm-build`")
+    return exe
+
+
+def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "count.txt"
+        env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin()))
+        proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
+                              env=env, capture_output=True, text=True, timeout=3600)
+        if proc.returncode != 0 or not out.is_file():
+            raise ArmBenchError(f"{exe} {shape} at {target} failed:\n{proc.stderr[-1500:]}")
+        return int(out.read_text().split()[-1])
+
+
+def matmul_insns(build: str, variant: str, target: str, shape: Shape) -> int:
+    """Guest instructions of one matmul: runs with 1 and 3 repetitions differ by exactly two."""
+    exe = workload(build, variant)
+    return (count(exe, target, shape, 3) - count(exe, target, shape, 1)) // 2
