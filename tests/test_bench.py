@@ -71,6 +71,14 @@ def test_unknown_build_is_rejected():
     assert proc.returncode == 2 and "unknown build(s) fast" in proc.stderr
 
 
+@pytest.mark.parametrize("seeds, message", [("0,x", "is not a comma-separated list of integers"),
+                                            ("1,1", "repeats a seed")])
+def test_bad_awq_seeds_are_rejected(seeds, message):
+    proc = subprocess.run([sys.executable, "-m", "awq2gguf.bench.cli", "awq", "--seeds", seeds],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and message in proc.stderr
+
+
 def test_peak_rss_is_the_commands_own_not_the_callers():
     from awq2gguf.bench.peak_rss import run_with_peak_rss
 

@@ -67,7 +67,10 @@ def autoawq_available() -> bool:
 
 
 def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
-                  n_samples: int, n_tokens: int, autoawq: bool, threads: int, log=print) -> list[Made]:
+                  n_samples: int, n_tokens: int, autoawq: bool, threads: int, seeds: tuple[int, ...] = (0,),
+                  log=print) -> list[Made]:
+    """Each method's file; the self-sampled variant once per seed, since which text the model happens
+    to sample moves its perplexity more than the differences between methods."""
     out_dir.mkdir(parents=True, exist_ok=True)
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
@@ -75,7 +78,8 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     log("llama-imatrix + llama-quantize")
     made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
     runs = [("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
-            ("awq2gguf, self-sampled text", "awq2gguf-self-Q4_0.gguf", []),
+            *((f"awq2gguf, self-sampled text, seed {seed}", f"awq2gguf-self-seed{seed}-Q4_0.gguf",
+               ["--seed", str(seed)]) for seed in seeds),
             ("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
              ["--calib", str(calib), "--untie-output"])]
     if autoawq:

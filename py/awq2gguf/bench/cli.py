@@ -47,6 +47,16 @@ def _parse_builds(_ctx, _param, value: str) -> list[str]:
     return names
 
 
+def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
+    try:
+        seeds = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"{value!r} repeats a seed")
+    return seeds
+
+
 def _parse_tasks(_ctx, _param, value: str) -> list[str]:
     names = [n.strip() for n in value.split(",") if n.strip() and n.strip() != "none"]
     unknown = [n for n in names if n not in TASKS]
@@ -321,11 +331,13 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
 @click.option("--chunks", type=click.IntRange(1), default=20, show_default=True, help="Perplexity windows.")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@click.option("--seeds", default="0", show_default=True, callback=_parse_seeds,
+              help="Comma-separated seeds: one self-sampled variant per seed, to show the spread.")
 @click.option("--autoawq/--no-autoawq", default=None,
               help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
 @click.option("-t", "--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @JSON
-def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, autoawq, threads, as_json):
+def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, threads, as_json):
     """All-Q4_0 SmolLM2-135M made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
@@ -343,7 +355,7 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, autoawq, thr
             plain = quantized_by(build, f16, "Q4_0", _log)
             made = awq_compare.make_variants(
                 build, smollm2_hf(), f16, plain, text, MODELS_DIR / "awq-compare", calib_samples, calib_tokens,
-                awq_compare.autoawq_available() if autoawq is None else autoawq, threads, _log)
+                awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds, _log)
             _log("computing FP16 logits, then each variant's PPL and KLD")
             base_logits = Path(tmp) / "base.kld"
             fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
@@ -352,7 +364,7 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, autoawq, thr
             raise click.ClickException(str(e)) from e
     report = {"kind": "awq", "model": "SmolLM2-135M-Instruct", "build": build_name, "text": str(text),
               "ctx": ctx, "chunks": chunks, "calib_samples": calib_samples, "calib_tokens": calib_tokens,
-              "fp16_ppl": fp16_ppl, "busy_warning": busy, "rows": rows}
+              "seeds": list(seeds), "fp16_ppl": fp16_ppl, "busy_warning": busy, "rows": rows}
     _finish("awq", report, tables.awq_table(report), as_json)
 
 
