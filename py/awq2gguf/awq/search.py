@@ -147,8 +147,8 @@ def search_clip(stats: InputStats, linear: nn.Linear, grid=CLIP_GRID, rows_per_s
 
 @torch.no_grad()
 def apply_clip(linear: nn.Linear, clip: torch.Tensor) -> None:
-    """Clamp each Q4_0 block of linear's weight to +-its clip value, in place."""
+    """Clamp each Q4_0 block of linear's weight to +-its clip value, in place (no temporary copy:
+    for a vocabulary-sized output matrix that was awq2gguf's peak memory)."""
     w = linear.weight
-    blocks = w.view(w.shape[0], -1, BLOCK)
     c = clip.unsqueeze(-1).to(w.dtype)
-    blocks.copy_(torch.minimum(torch.maximum(blocks, -c), c))
+    w.view(w.shape[0], -1, BLOCK).clamp_(-c, c)
