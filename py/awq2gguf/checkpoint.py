@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import shutil
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +15,7 @@ from torch import nn
 from .awq.layout import UnsupportedArchitecture, check_architecture
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+MADV_DONTNEED = 4  # Linux
 # Files save_pretrained writes itself; everything else (tokenizer, generation config) is copied.
 _WRITTEN_BY_SAVE = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "config.json")
 
@@ -64,15 +67,56 @@ def load_model(model_dir: Path) -> nn.Module:
     if not any(any(model_dir.glob(p)) for p in WEIGHT_PATTERNS):
         raise CheckpointError(f"{model_dir} has no weights ({' or '.join(WEIGHT_PATTERNS)})")
     try:
-        # In the checkpoint's own dtype first, then FP32 one tensor at a time: loading straight
-        # into FP32 holds both copies of the whole model at once.
+        # In the checkpoint's own dtype first, then FP32 one tensor at a time (_cast_to_fp32):
+        # loading straight into FP32 holds both copies of the whole model at once.
         model, info = AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto", output_loading_info=True)
     except Exception as e:
         raise CheckpointError(f"the weights in {model_dir} do not load: {_first_line(e)}") from e
     if info.get("missing_keys"):
         missing = sorted(info["missing_keys"])
         raise CheckpointError(f"the weights in {model_dir} lack {len(missing)} tensors, e.g. {missing[0]}")
-    return model.float().eval()
+    _cast_to_fp32(model)
+    return model.eval()
+
+
+def _mapped_checkpoint_ranges() -> list[tuple[int, int]]:
+    """Address ranges where this process has a .safetensors file mapped (none off Linux)."""
+    try:
+        lines = Path("/proc/self/maps").read_text().splitlines()
+    except OSError:
+        return []
+    ranges = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[5].endswith(".safetensors"):
+            start, end = (int(a, 16) for a in fields[0].split("-"))
+            ranges.append((start, end))
+    return ranges
+
+
+def _cast_to_fp32(model: nn.Module) -> None:
+    """FP32 one parameter at a time, handing back each original's file pages once it is cast.
+
+    transformers leaves safetensors weights as views of the mapped file, whose pages stay resident
+    until the last view dies: a plain model.float() holds the half-precision model and the FP32
+    one at once (0.5B: 3.2 GiB peak instead of 2.2). The pages are clean file pages, so dropping
+    them (madvise DONTNEED, whole pages inside the tensor) only means a re-read if touched again.
+    """
+    ranges = _mapped_checkpoint_ranges()
+    libc = ctypes.CDLL(None)
+    page = mmap.PAGESIZE
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            if p.dtype == torch.float32 or not p.is_floating_point():
+                continue
+            old = p.data
+            p.data = old.float()
+            lo = old.data_ptr()
+            hi = lo + old.numel() * old.element_size()
+            start, end = -(-lo // page) * page, hi // page * page
+            if old.is_contiguous() and end > start and any(a <= lo and hi <= b for a, b in ranges):
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), MADV_DONTNEED)
+    model.float()  # buffers
 
 
 def untie_output(model: nn.Module) -> None:
