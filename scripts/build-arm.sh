@@ -23,30 +23,14 @@ done
 tag=build-arm
 source scripts/cmake-common.sh
 
-mkdir -p "$out"
-if [ ! -f "$out/CMakeCache.txt" ]; then
-    # OpenMP off: ggml's own thread pool links statically without a cross libgomp, and the
-    # checks run single-threaded anyway (instruction counts need it).
-    cmake -S "$src" -B "$out" "${cmake_common[@]}" \
-        -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
-        -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
-        -DCMAKE_BUILD_TYPE=Release \
-        -DBUILD_SHARED_LIBS=OFF \
-        -DCMAKE_EXE_LINKER_FLAGS=-static \
-        -DGGML_NATIVE=OFF \
-        -DGGML_CPU_ARM_ARCH="$march" \
-        -DGGML_OPENMP=OFF \
-        -DGGML_LLAMAFILE=OFF \
-        -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF \
-        -DLLAMA_BUILD_TOOLS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_NUMBER=0 \
-        -DLLAMA_BUILD_COMMIT="arm-$variant-$name" \
-        >"$out.configure.log" 2>&1 || { cat "$out.configure.log" >&2; exit 1; }
-fi
+# OpenMP off: ggml's own thread pool links statically without a cross libgomp, and the checks
+# run single-threaded anyway (instruction counts need it).
+configure_once "$out" "arm-$variant-$name" \
+    -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
+    -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
+    -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static \
+    -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH="$march" -DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF \
+    -DLLAMA_BUILD_TESTS=OFF
 # The end-to-end check (llama-perplexity under QEMU) runs on the sve variant only.
 targets=(ggml)
 [ "$variant" = sve ] && targets+=(llama-perplexity)

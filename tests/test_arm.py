@@ -6,8 +6,9 @@ import re
 import subprocess
 
 import pytest
-
 from conftest import REPO
+
+from awq2gguf.bench.arm import bin_dir
 
 ARM_RUN = REPO / "scripts" / "arm-run.sh"
 # (variant, target): the sve build (i8mm, dotprod) at each length, the a64fx build as an A64FX
@@ -18,10 +19,10 @@ MUL_MAT_TOLERANCE = 1e-4
 
 
 def arm_build(variant: str, name: str):
-    bin_dir = REPO / "build" / f"arm-{variant}-{name}" / "bin"
-    if not (bin_dir / "vec_dot").is_file():
-        pytest.fail(f"{bin_dir} is missing: run `make arm-build`")
-    return bin_dir
+    path = bin_dir(name, variant)
+    if not (path / "vec_dot").is_file():
+        pytest.fail(f"{path} is missing: run `make arm-build`")
+    return path
 
 
 def qemu(target: str, exe, *args, timeout=1200) -> str:

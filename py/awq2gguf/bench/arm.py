@@ -57,8 +57,13 @@ def plugin() -> Path:
     return lib
 
 
+def bin_dir(build: str, variant: str) -> Path:
+    """Where scripts/build-arm.sh puts the programs of one cross-built tree."""
+    return BUILD_DIR / f"arm-{variant}-{build}" / "bin"
+
+
 def workload(build: str, variant: str) -> Path:
-    exe = BUILD_DIR / f"arm-{variant}-{build}" / "bin" / "mul_mat_q4_0"
+    exe = bin_dir(build, variant) / "mul_mat_q4_0"
     if not exe.is_file():
         raise ArmBenchError(f"{exe} is missing: run `make arm-build`")
     return exe
