@@ -47,3 +47,22 @@ def test_fractions_on_fixed_numbers(tmp_path, monkeypatch):
     # bound = 9320 B/s / 9320 B = 1 token/s; 16384 ops/s / 16384 ops = 1 token/s
     assert r["decode_bound_tps"] == pytest.approx(1.0) and r["decode_fraction"] == pytest.approx(0.5)
     assert r["prefill_bound_tps"] == pytest.approx(1.0) and r["prefill_fraction"] == pytest.approx(0.25)
+
+
+def test_simd_level_named_in_reports():
+    from awq2gguf.bench.machine import CpuInfo
+
+    zen4 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512cd"}
+    assert CpuInfo("AuthenticAMD", "AMD EPYC", frozenset(zen4), 3.0).simd == "AVX-512 F/BW/VL/VNNI/BF16"
+    assert CpuInfo("AuthenticAMD", "AMD EPYC", frozenset({"avx2", "f16c"}), 3.0).simd == "AVX2, no AVX-512"
+    assert CpuInfo("", "", frozenset({"asimd", "asimddp", "i8mm", "sve"}), 0.0).simd == "asimd, asimddp, i8mm, sve"
+
+
+def test_kernel_isa_is_what_each_native_build_was_compiled_for(builds):
+    from awq2gguf.bench.machine import cpu_info
+    from awq2gguf.bench.roofline import kernel_isa
+
+    flags = cpu_info().flags
+    expected = ("AVX-512 VNNI" if {"avx512f", "avx512_vnni"} <= flags else "AVX-512" if "avx512f" in flags
+                else "AVX2")
+    assert {name: kernel_isa(b) for name, b in builds.items()} == {"stock": expected, "patched": expected}

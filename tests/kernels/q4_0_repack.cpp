@@ -18,35 +18,11 @@
 #include "ggml-backend.h"
 #include "ggml-cpu.h"
 
-#include <cmath>
+#include "q4_0x8_layout.h"
+
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <random>
 #include <string>
-#include <vector>
-
-extern "C" {
-void ggml_quantize_mat_q8_0_4x8(const float * x, void * vy, int64_t k);
-void ggml_gemm_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
-void ggml_gemm_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
-void ggml_gemv_q4_0_8x8_q8_0(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
-void ggml_gemv_q4_0_8x8_q8_0_generic(int n, float * s, size_t bs, const void * vx, const void * vy, int nr, int nc);
-}
-
-static std::mt19937 rng(42);
-
-// Gaussian values with a few large outliers per row, as in real weights and activations.
-static std::vector<float> random_matrix(int64_t rows, int64_t cols, float scale) {
-    std::normal_distribution<float> normal(0.0f, scale);
-    std::uniform_int_distribution<int64_t> pick(0, cols - 1);
-    std::vector<float> m(rows * cols);
-    for (auto & v : m) v = normal(rng);
-    for (int64_t r = 0; r < rows; r++) {
-        for (int i = 0; i < 3; i++) m[r * cols + pick(rng)] *= 20.0f;
-    }
-    return m;
-}
 
 static ggml_backend_buffer_type_t repack_buft(ggml_backend_t cpu) {
     ggml_backend_dev_t dev = ggml_backend_get_device(cpu);
@@ -59,50 +35,12 @@ static ggml_backend_buffer_type_t repack_buft(ggml_backend_t cpu) {
     exit(2);
 }
 
-static uint64_t fnv1a(const float * v, size_t n, uint64_t h = 1469598103934665603ull) {
-    const uint8_t * p = (const uint8_t *) v;
-    for (size_t i = 0; i < n * sizeof(float); i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
-static double max_rel_err(const float * got, const float * ref, int64_t rows, int64_t cols) {
-    double worst = 0.0;
-    for (int64_t r = 0; r < rows; r++) {
-        double scale = 1e-30;
-        for (int64_t c = 0; c < cols; c++) scale = std::max(scale, (double) fabsf(ref[r * cols + c]));
-        for (int64_t c = 0; c < cols; c++) {
-            const double e = fabs((double) got[r * cols + c] - ref[r * cols + c]) / scale;
-            worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-        }
-    }
-    return worst;
-}
-
 struct Weights {
     ggml_context * ctx;
     ggml_tensor * repacked, * plain;
     ggml_backend_buffer_t buf_repacked, buf_plain;
     std::vector<uint8_t> q4_0x8;  // the plain blocks in the q4_0_8x8 layout
 };
-
-// ggml's q4_0_8x8 layout: per 8 rows and 32 K, the 8 fp16 scales, then the rows' 16 bytes of
-// nibbles interleaved 8 bytes at a time (bytes 0-7 of rows 0..7, then bytes 8-15), XOR 0x88.
-static std::vector<uint8_t> to_q4_0x8(const std::vector<uint8_t> & q, int64_t k, int64_t n) {
-    const int64_t nb = k / 32;
-    std::vector<uint8_t> out(q.size());
-    uint8_t * dst = out.data();
-    for (int64_t r0 = 0; r0 < n; r0 += 8) {
-        for (int64_t b = 0; b < nb; b++) {
-            const uint8_t * rows[8];
-            for (int i = 0; i < 8; i++) rows[i] = q.data() + ((r0 + i) * nb + b) * 18;  // block_q4_0: fp16 d, qs[16]
-            for (int i = 0; i < 8; i++, dst += 2) memcpy(dst, rows[i], 2);
-            for (int chunk = 0; chunk < 16; chunk++, dst += 8) {
-                for (int j = 0; j < 8; j++) dst[j] = rows[chunk % 8][2 + (chunk / 8) * 8 + j] ^ 0x88;
-            }
-        }
-    }
-    return out;
-}
 
 static Weights make_weights(ggml_backend_t cpu, int64_t k, int64_t n) {
     Weights w;
@@ -133,13 +71,9 @@ static void free_weights(Weights & w) {
 // The q4_0_8x8 kernels straight.
 static void check_kernels(const Weights & w, int64_t k, int64_t n, int64_t m) {
     const std::vector<float> x = random_matrix(m, k, 1.0f);
-    const int64_t nb = k / 32;
     std::vector<float> got(m * n), ref(m * n);
     if (m % 4 == 0) {
-        std::vector<uint8_t> xq(m / 4 * nb * (4 * 2 + 4 * 32));  // block_q8_0x4 per 4 rows and 32 K
-        for (int64_t r = 0; r < m; r += 4) {
-            ggml_quantize_mat_q8_0_4x8(x.data() + r * k, xq.data() + r / 4 * nb * 136, k);
-        }
+        const std::vector<uint8_t> xq = quantize_q8_0x4(x, k, m);
         ggml_gemm_q4_0_8x8_q8_0(k, got.data(), n, w.q4_0x8.data(), xq.data(), m, n);
         ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.q4_0x8.data(), xq.data(), m, n);
         printf("kernel gemm K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx\n", (long long) k, (long long) n,

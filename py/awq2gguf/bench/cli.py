@@ -25,7 +25,7 @@ from . import arm as arm_mod
 from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, tables
 from .accuracy import evaluate_model
 from .llama_bench import ENGINES, BenchError, run_llama_bench
-from .machine import busy_warning, physical_cores, threads_warning
+from .machine import busy_warning, cpu_info, physical_cores, threads_warning
 from .models import quantized_by, smollm2_suite, synthetic_f16
 from .speed import paired_ratios, run_interleaved
 from .tasks import TASKS, load_items
@@ -131,11 +131,12 @@ def _models(builds, model, shape, qtype) -> dict[str, Path]:
 
 
 def _finish(kind: str, report: dict, table: tables.Table, as_json: bool) -> None:
+    report["host"] = cpu_info().describe()
     path = results.save(kind, report)
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        tables.print_rich(table)
+        tables.print_rich(tables.on_host(table, report))
     if report.get("busy_warning"):
         err.print(f"[bold yellow]measured on a busy machine:[/] {report['busy_warning']}")
     if report.get("interrupted"):
@@ -212,7 +213,8 @@ def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle
     rows = []
     for b, t, p in zip(builds, tg, pp):
         tps_tg, tps_pp = t.summary()["tokens_per_s"]["median"], p.summary()["tokens_per_s"]["median"]
-        rows.append({"build": b.name, "model": str(models[b.name]), "decode_tps": tps_tg, "prefill_tps": tps_pp,
+        rows.append({"build": b.name, "kernels": roofline_mod.kernel_isa(b), "model": str(models[b.name]),
+                     "decode_tps": tps_tg, "prefill_tps": tps_pp,
                      **roofline_mod.fractions(models[b.name], bandwidth["read_gbs"], peak, tps_tg, tps_pp)})
     report = {"kind": "roofline", "threads": threads, "reps": reps, "busy_warning": busy, "bandwidth": bandwidth,
               "int8_peak": {"gops": peak.gops, "ops_per_cycle_per_core": peak.ops_per_cycle_per_core,
@@ -439,7 +441,7 @@ def report(files, out):
     reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders if (r := results.latest(kind))]
     if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")
-    text = "\n".join(tables.markdown(builders[r["kind"]](r)) for r in reports)
+    text = "\n".join(tables.markdown(tables.on_host(builders[r["kind"]](r), r)) for r in reports)
     if out:
         out.write_text(text)
     else:

@@ -8,6 +8,7 @@ peak comes from the CPU features and clock, with the per-cycle figure stated so 
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import platform
@@ -15,9 +16,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..builds import Build
 from ..gguf_tensors import TensorInfo, read_tensor_infos
 from ..paths import BUILD_DIR
-from .machine import physical_cores
+from .machine import cpu_info, physical_cores
 
 STREAM_SRC = Path(__file__).with_name("stream.c")
 
@@ -77,24 +79,6 @@ class Int8Peak:
         return self.ops_per_cycle_per_core * self.ghz * self.cores
 
 
-def _cpu_info() -> tuple[str, set[str], float]:
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    vendor, flags, mhz = "", set(), 0.0
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip()
-        if key == "vendor_id":
-            vendor = value.strip()
-        elif key in ("flags", "Features"):
-            flags = set(value.split())
-        elif key == "cpu MHz":
-            mhz = max(mhz, float(value))
-    max_freq = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
-    if max_freq.is_file():
-        mhz = int(max_freq.read_text()) / 1000
-    return vendor, flags, mhz / 1000
-
-
 def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, str]:
     """Peak int8 multiply-add operations (x2) per cycle per core, and the reasoning behind it."""
     if arch in ("x86_64", "AMD64"):
@@ -117,11 +101,29 @@ def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, st
 
 
 def int8_peak(threads: int, ops_per_cycle: int | None = None, ghz: float | None = None) -> Int8Peak:
-    vendor, flags, detected_ghz = _cpu_info()
-    detected_ops, basis = int8_ops_per_cycle(vendor, flags, platform.machine())
+    cpu = cpu_info()
+    detected_ops, basis = int8_ops_per_cycle(cpu.vendor, cpu.flags, platform.machine())
     if ops_per_cycle:
         basis = "given on the command line"
-    return Int8Peak(ops_per_cycle or detected_ops, ghz or detected_ghz, min(threads, physical_cores()), basis)
+    return Int8Peak(ops_per_cycle or detected_ops, ghz or cpu.ghz, min(threads, physical_cores()), basis)
+
+
+# The instruction set a build's Q4_0 matmul kernels were compiled for, best first, from ggml-cpu's
+# compile-time feature functions (a build made with -march=native on another machine may differ
+# from this CPU). The patched series has its own kernels for each of these (patches 0005, 0011).
+_KERNEL_ISAS = (("AVX-512 VNNI", ("ggml_cpu_has_avx512", "ggml_cpu_has_avx512_vnni")),
+                ("AVX-512", ("ggml_cpu_has_avx512",)),
+                ("AVX2", ("ggml_cpu_has_avx2",)),
+                ("SVE", ("ggml_cpu_has_sve",)),
+                ("NEON", ("ggml_cpu_has_neon",)))
+
+
+def kernel_isa(build: Build) -> str:
+    lib = ctypes.CDLL(str(build.lib_dir / "libggml-cpu.so"))
+    for name, functions in _KERNEL_ISAS:
+        if all(getattr(lib, f)() for f in functions):
+            return name
+    return "scalar"
 
 
 def fractions(model: Path, bandwidth_gbs: float, peak: Int8Peak, decode_tps: float | None,

@@ -102,6 +102,13 @@ def print_rich(table: Table) -> None:
     out.print(t)
 
 
+def on_host(table: Table, report: dict) -> Table:
+    """The table with the CPU it was measured on in its title (reports saved before hosts were
+    recorded have none)."""
+    host = report.get("host")
+    return Table(f"{table.title} [{host}]", table.headers, table.rows) if host else table
+
+
 def markdown(table: Table) -> str:
     lines = [f"**{table.title}**", "", "| " + " | ".join(table.headers) + " |",
              "| " + " | ".join("---" for _ in table.headers) + " |"]
@@ -115,9 +122,9 @@ def roofline_table(report: dict) -> Table:
              f"(copy {bw['copy_gbs']:.1f}, triad {bw['triad_gbs']:.1f}); int8 peak {peak['gops']:.0f} GOPS "
              f"({peak['ops_per_cycle_per_core']} ops/cycle x {peak['ghz']:.2f} GHz x {peak['cores']} cores: "
              f"{peak['basis']})")
-    headers = ["build", "model", "MiB read / token", "decode t/s", "bandwidth bound t/s", "decode fraction",
-               "prefill t/s", "int8 bound t/s", "prefill fraction"]
-    rows = [[r["build"], Path(r["model"]).name, f"{r['bytes_per_token'] / 2**20:.1f}", f"{r['decode_tps']:.1f}",
+    headers = ["build", "kernels", "model", "MiB read / token", "decode t/s", "bandwidth bound t/s",
+               "decode fraction", "prefill t/s", "int8 bound t/s", "prefill fraction"]
+    rows = [[r["build"], r.get("kernels", "not recorded"), Path(r["model"]).name, f"{r['bytes_per_token'] / 2**20:.1f}", f"{r['decode_tps']:.1f}",
              f"{r['decode_bound_tps']:.1f}", f"{100 * r['decode_fraction']:.0f}%", f"{r['prefill_tps']:.1f}",
              f"{r['prefill_bound_tps']:.0f}", f"{100 * r['prefill_fraction']:.0f}%"] for r in report["rows"]]
     return Table(title, headers, rows)

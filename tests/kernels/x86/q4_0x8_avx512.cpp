@@ -1,0 +1,107 @@
+// The AVX-512 Q4_0 GEMM/GEMV of the patched tree (ggml-cpu/arch/x86/q4_0x8-avx512.h), both
+// flavours (VPDPBUSD with VNNI, VPMADDUBSW without), on any x86 host: compiled natively where the
+// CPU has AVX-512 F/BW/VNNI, and with -DQ4_0X8_SIMDE against SIMDe (portable implementations of
+// the intrinsics, emulated with AVX2) where it has not, or to check that path too.
+//
+// It prints "mode native" or "mode simde", then per case one line:
+//   avx512 <vnni|maddubs> <gemm|gemv> K=<k> N=<n> M=<m> max_rel_err <e> hash <h> build_hash <h>
+// max_rel_err: against ggml's scalar _generic kernel (float accumulation order only; relative to
+// the row's largest |output|). hash: the output bits; build_hash: the same inputs through the
+// build's own ggml_gemm/gemv_q4_0_8x8_q8_0, which must give the same bits.
+// Built by tests/test_q4_0x8_avx512.py against the patched build; usage: q4_0x8_avx512
+#include "ggml.h"
+#include "ggml-cpu.h"
+
+#if defined(Q4_0X8_SIMDE)
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+#include <simde/x86/f16c.h>
+// SIMDe 0.7.4 (Debian 12) has no 512-bit int->float or fp16->float conversion: two 256-bit halves.
+static inline __m512 q4_0x8_simde_cvtepi32_ps(__m512i v) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtepi32_ps(_mm512_castsi512_si256(v))),
+                              _mm256_cvtepi32_ps(_mm512_extracti64x4_epi64(v, 1)), 1);
+}
+static inline __m512 q4_0x8_simde_cvtph_ps(__m256i h) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_cvtph_ps(_mm256_castsi256_si128(h))),
+                              _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), 1);
+}
+#define _mm512_cvtepi32_ps q4_0x8_simde_cvtepi32_ps
+#define _mm512_cvtph_ps q4_0x8_simde_cvtph_ps
+// ... and its alias for _mm512_madd_epi16 takes the four arguments of the masked form.
+#undef _mm512_madd_epi16
+#define _mm512_madd_epi16 simde_mm512_madd_epi16
+static const char * const MODE = "simde";
+#else
+#include <immintrin.h>
+#if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
+#error "native mode needs AVX-512 F/BW/VNNI: build with -march=native on such a CPU, or -DQ4_0X8_SIMDE"
+#endif
+static const char * const MODE = "native";
+#endif
+
+#include "ggml-cpu/repack.h"
+#include "ggml-cpu/arch/x86/q4_0x8-avx512.h"
+
+#include "../q4_0x8_layout.h"
+
+#include <cstdio>
+
+using gemm_fn = void (*)(int, float *, size_t, const void *, const void *, int, int);
+using gemv_fn = void (*)(int, float *, const void *, const void *, int);
+
+static void report(const char * flavour, const char * kind, int64_t k, int64_t n, int64_t m, double err,
+                   uint64_t hash, uint64_t build_hash) {
+    printf("avx512 %s %s K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx build_hash %016llx\n", flavour, kind,
+           (long long) k, (long long) n, (long long) m, err, (unsigned long long) hash, (unsigned long long) build_hash);
+}
+
+static void check(const char * flavour, gemm_fn gemm, gemv_fn gemv, int64_t k, int64_t n, int64_t m) {
+    std::mt19937 seeded(k * 1000003 + n * 101 + m);  // the same inputs for both flavours
+    rng = seeded;
+    std::vector<uint8_t> q(n * (k / 32) * Q4_0_BLOCK_BYTES);
+    const std::vector<float> f = random_matrix(n, k, 0.02f);
+    ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
+    const std::vector<uint8_t> w = to_q4_0x8(q, k, n);
+    const std::vector<float> x = random_matrix(m, k, 1.0f);
+    std::vector<float> got(m * n), ref(m * n), build(m * n);
+
+    if (m % 4 == 0) {
+        const std::vector<uint8_t> xq = quantize_q8_0x4(x, k, m);
+        gemm(k, got.data(), n, w.data(), xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.data(), xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0(k, build.data(), n, w.data(), xq.data(), m, n);
+        report(flavour, "gemm", k, n, m, max_rel_err(got.data(), ref.data(), m, n), fnv1a(got.data(), m * n),
+               fnv1a(build.data(), m * n));
+    }
+    const auto from_float = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    std::vector<uint8_t> row(ggml_row_size(GGML_TYPE_Q8_0, k));
+    double worst = 0.0;
+    uint64_t hash = 1469598103934665603ull, build_hash = hash;
+    for (int64_t r = 0; r < m; r++) {
+        from_float(x.data() + r * k, row.data(), k);
+        gemv(k, got.data(), w.data(), row.data(), n);
+        ggml_gemv_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.data(), row.data(), 1, n);
+        ggml_gemv_q4_0_8x8_q8_0(k, build.data(), n, w.data(), row.data(), 1, n);
+        worst = std::max(worst, max_rel_err(got.data(), ref.data(), 1, n));
+        hash = fnv1a(got.data(), n, hash);
+        build_hash = fnv1a(build.data(), n, build_hash);
+    }
+    report(flavour, "gemv", k, n, m, worst, hash, build_hash);
+}
+
+int main() {
+    ggml_cpu_init();  // the fp16 tables the scalar reference and the quantizers use
+    printf("mode %s\n", MODE);
+    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column group (no
+    // partner for the 16-column pass), an odd number of groups, an even one. M: decode, the 4-row
+    // and 8-row GEMM passes and their mixes.
+    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}};
+    const int64_t rows[] = {1, 3, 4, 8, 12, 20, 64};
+    for (const auto & s : shapes) {
+        for (int64_t m : rows) {
+            check("vnni", q4_0x8_avx512::gemm<true>, q4_0x8_avx512::gemv<true>, s[0], s[1], m);
+            check("maddubs", q4_0x8_avx512::gemm<false>, q4_0x8_avx512::gemv<false>, s[0], s[1], m);
+        }
+    }
+    return 0;
+}
