@@ -19,6 +19,7 @@ from pathlib import Path
 from ..builds import Build
 from ..calibration import from_text
 from ..checkpoint import load_tokenizer
+from ..pipeline import Options
 from ..quantize import quantize
 from .llama_bench import BenchError, run_tool
 from .peak_rss import run_with_peak_rss
@@ -32,12 +33,13 @@ class Made:
     peak_rss: int | None = None
 
 
-def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path) -> Path:
-    """n_samples + 1 windows (one spare: re-tokenizing decoded text can lose a token or two) from
-    the second half of eval_text, decoded into one file."""
+def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path,
+                     n_held_out: int = Options.calib_held_out) -> Path:
+    """n_samples + n_held_out (awq2gguf's final check) + 1 windows (one spare: re-tokenizing
+    decoded text can lose a token or two) from the second half of eval_text, decoded into one file."""
     tokenizer = load_tokenizer(model_dir)
     text = eval_text.read_text()
-    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + 1, n_tokens, str(eval_text))
+    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + n_held_out + 1, n_tokens, str(eval_text))
     out.write_text("".join(tokenizer.decode(row) for row in calib.input_ids))
     return out
 
