@@ -33,7 +33,7 @@ class Options:
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
-    prompts: bool = True  # self-sampled text starts from calibration.PROMPTS, not from BOS
+    prompts: bool = False  # self-sampled text starts from calibration.PROMPTS rather than from BOS
     clip: bool = True
     untie_output: bool = False
     grid: tuple[float, ...] = DEFAULT_GRID
