@@ -94,9 +94,9 @@ def test_patched_arm_logits_are_no_further_from_x86_than_stock_arms(builds, cali
     against the x86 stock build's logits: the patched ARM tree must not drift further than stock."""
     from awq2gguf.bench.models import quantized_by
     from awq2gguf.bench.perplexity import on_text, parse_kld_stats
-    from awq2gguf.smollm2 import smollm2_f16
+    from awq2gguf.dev_models import f16_gguf
 
-    model = quantized_by(builds["patched"], smollm2_f16(), "Q4_0")
+    model = quantized_by(builds["patched"], f16_gguf("smollm2"), "Q4_0")
     base = tmp_path / "x86-stock.kld"
     on_text(builds["stock"], model, calib_text, 128, 2, 2, save_logits=base)
     kld = {}

@@ -53,6 +53,10 @@ def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, t
     assert (meta["awq2gguf.calibration.samples"], meta["awq2gguf.calibration.tokens"]) == (4, 64)
     assert meta["awq2gguf.group_size"] == 32 and meta["awq2gguf.clip"] is True
     assert meta["awq2gguf.alpha_grid"] == "0..1 (21 points)"
+    # The final check ran on 4 held-out samples, and what was written is never worse than plain.
+    assert meta["awq2gguf.check.tokens"] == 4 * 64
+    assert meta["awq2gguf.check.fell_back"] == (meta["awq2gguf.check.kld"] >= meta["awq2gguf.check.plain_kld"])
+    assert "check on held-out calibration: KLD to FP" in " ".join(result.output.split())
     for build in builds.values():
         proc = generate(build, out)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -92,6 +96,36 @@ def test_untie_output_adds_a_separate_output_matrix(tiny_hf, calib_text, tmp_pat
     names = {t.name: t.tensor_type for t in reader.tensors}
     assert names["output.weight"] == names["token_embd.weight"] == GGMLQuantizationType.Q4_0
     assert reader.fields["awq2gguf.untie_output"].contents() is True
+
+
+def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_text, builds, tmp_path, monkeypatch):
+    """Whatever the search did, if the model is further from FP than plain Q4_0 on the held-out
+    samples, OUT is plain Q4_0 of the original weights, and says so."""
+    from awq2gguf.awq import apply
+    from awq2gguf.quantize import quantize
+
+    search = apply.apply_awq
+
+    def harmful(model, *args, **kwargs):
+        result = search(model, *args, **kwargs)
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.down_proj.weight.mul_(1.5)  # a wrong function, far from FP
+        return result
+
+    monkeypatch.setattr(apply, "apply_awq", harmful)
+    model_dir = tiny_hf("LlamaForCausalLM", "tiny-untied")
+    out = tmp_path / "out.gguf"
+    result = run(model_dir, out, "--calib", calib_text, *FAST)
+    assert result.exit_code == 0, result.output
+    assert "lost: wrote plain Q4_0" in " ".join(result.output.split())  # rich wraps lines
+    reader = GGUFReader(out)
+    assert reader.fields["awq2gguf.check.fell_back"].contents() is True
+    plain = GGUFReader(quantize(builds["patched"], convert_hf_to_gguf(model_dir, tmp_path / "f32.gguf", "f32"),
+                                tmp_path / "plain.gguf", "Q4_0"))
+    expected = {t.name: np.asarray(t.data) for t in plain.tensors}
+    for t in reader.tensors:
+        assert np.array_equal(np.asarray(t.data), expected[t.name]), t.name
 
 
 def _broken(tiny_hf, tmp_path, how):
@@ -170,3 +204,18 @@ def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):
     calib = from_file(tokenizer, jsonl, 4, 64)
     assert calib.input_ids.shape == (4, 64)
     assert "Beautiful is better than ugly" in tokenizer.decode(calib.input_ids[0])
+
+
+def test_self_sampled_calibration_starts_from_the_prompts_through_the_chat_template(tiny_hf, builds, tmp_path):
+    from awq2gguf.calibration import PROMPTS, generated, prompt_ids
+    from awq2gguf.checkpoint import load_tokenizer
+
+    model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
+    tokenizer = load_tokenizer(model_dir)
+    prompts = prompt_ids(tokenizer, 3)
+    f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
+    calib = generated(builds["patched"], f16, 2, 64, 0, 1, n_held_out=1, prompts=prompts)
+    assert calib.input_ids.shape == (3, 64) and calib.n_samples == 2 and calib.source == "generated:seed=0,prompts=3"
+    for row, prompt, text in zip(calib.input_ids.tolist(), prompts, PROMPTS):
+        assert row[:len(prompt)] == prompt  # each sequence is its prompt, then the model's answer
+        assert text in tokenizer.decode(prompt) and "<|im_start|>assistant" in tokenizer.decode(prompt)

@@ -8,14 +8,14 @@ from awq2gguf.bench.awq_compare import calibration_file
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.cli import main
 from awq2gguf.paths import DEFAULT_EVAL_TEXT
-from awq2gguf.smollm2 import smollm2_f16, smollm2_hf
+from awq2gguf.dev_models import f16_gguf, hf_folder
 
 
 @pytest.mark.skipif(not DEFAULT_EVAL_TEXT.is_file(),
                     reason=f"needs WikiText-2 raw test at {DEFAULT_EVAL_TEXT}: set AWQ2GGUF_EVAL_TEXT")
 def test_awq2gguf_halves_the_kl_divergence_of_plain_all_q4_0(builds, tmp_path):
     build = builds["patched"]
-    f16, model_dir = smollm2_f16(), smollm2_hf()
+    f16, model_dir = f16_gguf("smollm2"), hf_folder("smollm2")
     calib = calibration_file(model_dir, DEFAULT_EVAL_TEXT, 8, 256, tmp_path / "calib.txt")
     out = tmp_path / "awq.gguf"
     result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib),

@@ -37,7 +37,7 @@ def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
         fp = model(held_out).logits
     plain_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
 
-    results = apply_awq(model, calib, clip=False)  # clipping changes the FP function: on its own below
+    results = apply_awq(model, calib, clip=False).groups  # clipping changes the FP function: on its own below
 
     with torch.no_grad():
         assert torch.allclose(model(held_out).logits, fp, rtol=1e-3, atol=1e-3)
@@ -67,10 +67,37 @@ def test_tied_output_is_left_alone():
     model.tie_weights()
     embeddings = model.get_input_embeddings().weight.detach().clone()
     calib = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
-    results = apply_awq(model, calib, clip=False)
+    results = apply_awq(model, calib, clip=False).groups
     assert "output" not in {r.group for r in results}  # a scale would change the embeddings' rows
     assert torch.equal(model.get_input_embeddings().weight, embeddings)
-    apply_awq(model, calib)  # clipping changes the shared Q4_0 blocks, which serve both uses
+    result = apply_awq(model, calib)  # clipping changes the shared Q4_0 blocks, which serve both uses
     clipped = model.get_input_embeddings().weight
     assert model.get_output_embeddings().weight is clipped
-    assert (clipped.abs() <= embeddings.abs()).all() and not torch.equal(clipped, embeddings)
+    assert (clipped.abs() <= embeddings.abs()).all()
+    assert torch.equal(clipped, embeddings) != result.clipped[-1]  # clipped exactly when the check kept it
+
+
+def test_no_block_ends_worse_than_plain_rounding_on_its_objective():
+    """Weights on a coarse grid (as in a checkpoint dequantized from 5 bits) are where scaling
+    loses to plain Q4_0; the guard must fall back there and never pick a worse block."""
+    model = with_salient_channels(tiny("qwen2", 4))
+    with torch.no_grad():
+        for layer in model.model.layers:  # snap every weight to a Q5_0-like grid per 32-block
+            for m in layer.modules():
+                if isinstance(m, torch.nn.Linear):
+                    b = m.weight.view(-1, 32)
+                    d = b.abs().amax(-1, keepdim=True) / 16
+                    m.weight.copy_(((b / d).round().clamp(-16, 15) * d).view_as(m.weight))
+    calib = torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(3))
+    result = apply_awq(model, calib)
+    assert len(result.block_errors) == len(model.model.layers)
+    for chosen, plain in result.block_errors:
+        assert 0 < chosen <= plain
+
+
+def test_kept_groups_lower_the_block_error_they_were_judged_on():
+    model = with_salient_channels(tiny("llama", 2))
+    calib = torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(2))
+    result = apply_awq(model, calib)
+    assert any(g.kept for g in result.groups)  # salient channels: scaling pays somewhere
+    assert sum(c for c, _ in result.block_errors) < sum(p for _, p in result.block_errors)

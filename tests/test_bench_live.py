@@ -9,7 +9,7 @@ import pytest
 from awq2gguf.bench.accuracy import run_mc_task
 from awq2gguf.bench.ops import short_case
 from awq2gguf.bench.tasks import Item, Task
-from awq2gguf.smollm2 import smollm2_q4_1
+from awq2gguf.dev_models import source_gguf
 
 
 def bench(tmp_path, *args, timeout=900):
@@ -26,7 +26,7 @@ def test_mc_scorer_picks_answers_a_real_model_is_forced_to(builds):
     items = [Item(((count, " purple"), (count, " 10")), gold=1),
              Item(((colours, " blue"), (colours, " seven")), gold=0)]
     task = Task("forced", "", lambda row: row, normalised=False)
-    r = run_mc_task(builds["patched"], smollm2_q4_1(), task, items, threads=2)
+    r = run_mc_task(builds["patched"], source_gguf("smollm2"), task, items, threads=2)
     assert (r["n"], r["acc"]) == (2, 1.0)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from awq2gguf.bench import perplexity
 from awq2gguf.paths import DEFAULT_EVAL_TEXT
-from awq2gguf.smollm2 import smollm2_f16
+from awq2gguf.dev_models import f16_gguf
 from conftest import run_kernel_test
 
 # Outputs are x0 c - x1 s with inputs in [-1, 1]: the cos/sin cache rounded to float (2^-24
@@ -48,7 +48,7 @@ def test_stock_float_recurrence_drifts_at_long_positions(errors):
 @pytest.mark.skipif(not DEFAULT_EVAL_TEXT.is_file(),
                     reason=f"needs WikiText-2 raw test at {DEFAULT_EVAL_TEXT}: set AWQ2GGUF_EVAL_TEXT")
 def test_patched_logits_match_stock_on_smollm2(builds, tmp_path):
-    f16 = smollm2_f16()
+    f16 = f16_gguf("smollm2")
     base = tmp_path / "stock.kld"
     perplexity.on_text(builds["stock"], f16, DEFAULT_EVAL_TEXT, 512, 4, 2, save_logits=base)
     stats = perplexity.against_base(builds["patched"], f16, base, 2)

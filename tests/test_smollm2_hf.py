@@ -9,20 +9,20 @@ import pytest
 from gguf import GGUFReader
 
 from awq2gguf.convert import ConvertError, convert_hf_to_gguf
-from awq2gguf.smollm2 import smollm2_f16, smollm2_hf
+from awq2gguf.dev_models import f16_gguf, hf_folder
 
 PROMPT = "The capital of France is Paris. The capital of Germany is"
 
 
 @pytest.fixture(scope="module")
 def hf_dir():
-    return smollm2_hf()
+    return hf_folder("smollm2")
 
 
 def test_hf_folder_converts_back_to_the_f16_gguf_bit_for_bit(hf_dir, tmp_path):
     """transformers undid the converter's Q/K permutation; the vendored converter redoes it."""
     converted = GGUFReader(convert_hf_to_gguf(hf_dir, tmp_path / "conv.gguf", "f16"))
-    reference = GGUFReader(smollm2_f16())
+    reference = GGUFReader(f16_gguf("smollm2"))
     assert converted.fields["tokenizer.ggml.pre"].contents() == "smollm"
     ref = {t.name: t for t in reference.tensors}
     assert sorted(t.name for t in converted.tensors) == sorted(ref)
@@ -49,7 +49,7 @@ def test_hf_logits_match_llama_cpp_on_the_f16_gguf(hf_dir, builds):
     tokens = tokenizer(PROMPT)["input_ids"]
     with torch.no_grad():
         hf = model(torch.tensor([tokens])).logits[0, -1].numpy()
-    proc = subprocess.run([sys.executable, "-c", LLAMA_LOGITS, str(smollm2_f16()), ",".join(map(str, tokens))],
+    proc = subprocess.run([sys.executable, "-c", LLAMA_LOGITS, str(f16_gguf("smollm2")), ",".join(map(str, tokens))],
                           env=builds["stock"].env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cpp = np.array(json.loads(proc.stdout))

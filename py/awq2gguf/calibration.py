@@ -1,7 +1,8 @@
 """Calibration tokens for AWQ: windows of a text file, or text the model samples itself.
 
 Both give a (samples, tokens) tensor of token ids plus a description of where they came from,
-which ends up in the GGUF's metadata.
+which ends up in the GGUF's metadata. The last `n_held_out` samples are not searched on: they
+check the finished model against plain Q4_0.
 """
 
 from __future__ import annotations
@@ -26,12 +27,22 @@ class CalibrationError(ValueError):
 
 @dataclass(frozen=True)
 class Calibration:
-    input_ids: torch.Tensor  # (samples, tokens)
+    input_ids: torch.Tensor  # (samples, tokens), the held-out samples last
     source: str
+    n_held_out: int = 0
 
     @property
     def n_samples(self) -> int:
-        return self.input_ids.shape[0]
+        """Samples the search sees."""
+        return self.input_ids.shape[0] - self.n_held_out
+
+    @property
+    def search_ids(self) -> torch.Tensor:
+        return self.input_ids[:self.n_samples]
+
+    @property
+    def held_out_ids(self) -> torch.Tensor:
+        return self.input_ids[self.n_samples:]
 
     @property
     def n_tokens(self) -> int:
@@ -60,30 +71,77 @@ def read_text(path: Path) -> str:
     return "\n\n".join(texts)
 
 
-def from_text(tokenizer, text: str, n_samples: int, n_tokens: int, source: str) -> Calibration:
-    """n_samples windows of n_tokens tokens, spread evenly over the tokenized text."""
+def from_text(tokenizer, text: str, n_samples: int, n_tokens: int, source: str, n_held_out: int = 0) -> Calibration:
+    """n_samples + n_held_out windows of n_tokens tokens, spread evenly over the tokenized text
+    (the held-out ones are the last, from the end of the text)."""
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    need = n_samples * n_tokens
+    total = n_samples + n_held_out
+    need = total * n_tokens
     if len(ids) < need:
         raise CalibrationError(
-            f"{source} has {len(ids)} tokens; {n_samples} samples of {n_tokens} tokens need {need}. "
-            f"Give more text, or lower --calib-samples / --calib-tokens")
-    stride = (len(ids) - n_tokens) // max(n_samples - 1, 1)
-    windows = [ids[i * stride:i * stride + n_tokens] for i in range(n_samples)]
-    return Calibration(torch.tensor(windows), f"file:{Path(source).name}")
+            f"{source} has {len(ids)} tokens; {n_samples} + {n_held_out} held-out samples of {n_tokens} tokens "
+            f"need {need}. Give more text, or lower --calib-samples / --calib-held-out / --calib-tokens")
+    stride = (len(ids) - n_tokens) // max(total - 1, 1)
+    windows = [ids[i * stride:i * stride + n_tokens] for i in range(total)]
+    return Calibration(torch.tensor(windows), f"file:{Path(source).name}", n_held_out)
 
 
-def from_file(tokenizer, path: Path, n_samples: int, n_tokens: int) -> Calibration:
-    return from_text(tokenizer, read_text(path), n_samples, n_tokens, str(path))
+def from_file(tokenizer, path: Path, n_samples: int, n_tokens: int, n_held_out: int = 0) -> Calibration:
+    return from_text(tokenizer, read_text(path), n_samples, n_tokens, str(path), n_held_out)
+
+
+# Self-sampled text starts from these in turn, through the chat template: left to itself from BOS
+# a model writes what it was tuned for most (a coder model writes code), while the quantized model
+# will meet prose, code and questions alike.
+PROMPTS = (
+    "Write a short story about a lighthouse keeper.",
+    "Write a Python function that merges two sorted lists, and explain it.",
+    "Why is the sky blue? Explain it to a curious twelve-year-old.",
+    "Summarise the causes of the First World War in a few paragraphs.",
+    "What are the pros and cons of remote work?",
+    "Write a SQL query that finds the ten customers with the largest total orders.",
+    "Describe the water cycle step by step.",
+    "Translate into French and explain the grammar: 'I would have come if I had known.'",
+    "Write a C function that reverses a linked list in place.",
+    "Give me a recipe for a simple vegetable soup.",
+    "What is the difference between a virus and a bacterium?",
+    "Write a letter to a friend about your recent trip to the mountains.",
+)
+
+MIN_ANSWER = 16  # tokens each sampled answer gets at least
+
+
+def prompt_ids(tokenizer, n: int) -> list[list[int]]:
+    """n prompts (PROMPTS in turn) as token ids, through the chat template when the tokenizer has
+    one, ready for the model's answer."""
+    out = []
+    for i in range(n):
+        text = PROMPTS[i % len(PROMPTS)]
+        if getattr(tokenizer, "chat_template", None):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 tokenize=False)
+            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:
+            ids = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []) + tokenizer(text)["input_ids"]
+        out.append(ids)
+    return out
 
 
 def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed: int, threads: int,
-              on_step: Callable[[int, int], None] = lambda done, total: None) -> Calibration:
-    """n_samples sequences the model samples itself with llama.cpp (see calibration_worker)."""
+              on_step: Callable[[int, int], None] = lambda done, total: None, n_held_out: int = 0,
+              prompts: list[list[int]] | None = None) -> Calibration:
+    """n_samples + n_held_out sequences the model samples itself with llama.cpp (see
+    calibration_worker), each from BOS or from its prompt (prompts: one per sequence)."""
+    if prompts and max(len(p) for p in prompts) > n_tokens - MIN_ANSWER:
+        raise CalibrationError(f"the prompts take up to {max(len(p) for p in prompts)} tokens: --calib-tokens "
+                               f"{n_tokens} leaves less than {MIN_ANSWER} for the answers (or pass --no-prompts)")
     with tempfile.TemporaryDirectory(prefix="awq2gguf-calib-") as tmp:
         out, log = Path(tmp) / "ids.npy", Path(tmp) / "llama.log"
         cmd = [sys.executable, "-m", "awq2gguf.calibration_worker", str(f16_gguf), str(out),
-               str(n_samples), str(n_tokens), str(seed), str(threads)]
+               str(n_samples + n_held_out), str(n_tokens), str(seed), str(threads)]
+        if prompts:
+            (Path(tmp) / "prompts.json").write_text(json.dumps(prompts))
+            cmd.append(str(Path(tmp) / "prompts.json"))
         with log.open("w") as err, subprocess.Popen(cmd, env=build.env(), stdout=subprocess.PIPE,
                                                     stderr=err, text=True) as proc:
             for line in proc.stdout:  # "done total" after each decoding step
@@ -92,4 +150,5 @@ def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed:
             tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-10:])
             raise CalibrationError(f"sampling calibration text with {build.name} llama.cpp failed:\n{tail}")
         ids = np.load(out)
-    return Calibration(torch.from_numpy(ids).long(), f"generated:seed={seed}")
+    source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(PROMPTS))}" if prompts else "")
+    return Calibration(torch.from_numpy(ids).long(), source, n_held_out)

@@ -1,14 +1,16 @@
 """Sample calibration sequences from a GGUF with llama.cpp, all sequences decoded as one batch.
 
-Run as `python -m awq2gguf.calibration_worker MODEL OUT.npy SAMPLES TOKENS SEED THREADS` with a
-build's environment (LLAMA_CPP_LIB_PATH is read at import). Each sequence starts with BOS (EOS
-when the vocabulary has none) and continues with top-k 40 sampling at temperature 1; end-of-
+Run as `python -m awq2gguf.calibration_worker MODEL OUT.npy SAMPLES TOKENS SEED THREADS [PROMPTS.json]`
+with a build's environment (LLAMA_CPP_LIB_PATH is read at import). Sequence i starts with
+prompt i of PROMPTS.json (a list of token-id lists, shorter than TOKENS) or else with BOS (EOS
+when the vocabulary has none), and continues with top-k 40 sampling at temperature 1; end-of-
 generation tokens are never sampled, so every sequence has exactly TOKENS tokens. After each
 step it prints "done total" for the caller's progress bar; the ids go to OUT.npy.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
 import numpy as np
@@ -16,7 +18,8 @@ import numpy as np
 TOP_K = 40
 
 
-def sample(model_path: str, n_samples: int, n_tokens: int, seed: int, threads: int) -> np.ndarray:
+def sample(model_path: str, n_samples: int, n_tokens: int, seed: int, threads: int,
+           prompts: list[list[int]] | None = None) -> np.ndarray:
     from llama_cpp import llama_cpp as ll
 
     ll.llama_backend_init()
@@ -25,7 +28,8 @@ def sample(model_path: str, n_samples: int, n_tokens: int, seed: int, threads: i
         raise SystemExit(f"cannot load {model_path}")
     cparams = ll.llama_context_default_params()
     cparams.n_ctx = n_samples * n_tokens
-    cparams.n_batch = cparams.n_ubatch = max(n_samples, 32)
+    prompt_tokens = sum(len(p) for p in prompts) if prompts else 0
+    cparams.n_batch = cparams.n_ubatch = max(n_samples, 32, prompt_tokens)
     cparams.n_seq_max = n_samples
     cparams.n_threads = cparams.n_threads_batch = threads
     ctx = ll.llama_init_from_model(model, cparams)
@@ -40,25 +44,35 @@ def sample(model_path: str, n_samples: int, n_tokens: int, seed: int, threads: i
 
     rng = np.random.default_rng(seed)
     ids = np.empty((n_samples, n_tokens), dtype=np.int64)
-    ids[:, 0] = start
-    batch = ll.llama_batch_init(n_samples, 0, 1)
+    starts = prompts or [[start]] * n_samples
+    for s, p in enumerate(starts):
+        ids[s, :len(p)] = p
+    lengths = [len(p) for p in starts]
+    # The prompts' tokens all go in the first batch; afterwards each sequence decodes its newest
+    # token at its own position.
+    batch = ll.llama_batch_init(max(n_samples, prompt_tokens), 0, 1)
     try:
-        for pos in range(n_tokens - 1):
-            batch.n_tokens = n_samples
-            for s in range(n_samples):
-                batch.token[s], batch.pos[s], batch.n_seq_id[s] = int(ids[s, pos]), pos, 1
-                batch.seq_id[s][0], batch.logits[s] = s, True
+        for step in range(n_tokens - min(lengths)):
+            batch.n_tokens = 0
+            active = [s for s in range(n_samples) if lengths[s] < n_tokens]
+            for s in active:
+                first = 0 if step == 0 else lengths[s] - 1
+                for pos in range(first, lengths[s]):
+                    b = batch.n_tokens
+                    batch.token[b], batch.pos[b], batch.n_seq_id[b] = int(ids[s, pos]), pos, 1
+                    batch.seq_id[b][0], batch.logits[b] = s, pos == lengths[s] - 1
+                    batch.n_tokens += 1
             if ll.llama_decode(ctx, batch) != 0:
-                raise SystemExit(f"llama_decode failed at position {pos}")
-            logits = np.ctypeslib.as_array(ll.llama_get_logits(ctx), shape=(n_samples, n_vocab)).astype(np.float64)
-            logits[:, banned] = -np.inf
-            top = np.argpartition(logits, -TOP_K, axis=1)[:, -TOP_K:]
-            top_logits = np.take_along_axis(logits, top, axis=1)
-            p = np.exp(top_logits - top_logits.max(axis=1, keepdims=True))
-            p /= p.sum(axis=1, keepdims=True)
-            for s in range(n_samples):
-                ids[s, pos + 1] = top[s, rng.choice(TOP_K, p=p[s])]
-            print(pos + 2, n_tokens, flush=True)
+                raise SystemExit(f"llama_decode failed at step {step}")
+            for s in active:
+                logits = np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, -len(active) + active.index(s)),
+                                               shape=(n_vocab,)).astype(np.float64)
+                logits[banned] = -np.inf
+                top = np.argpartition(logits, -TOP_K)[-TOP_K:]
+                p = np.exp(logits[top] - logits[top].max())
+                ids[s, lengths[s]] = top[rng.choice(TOP_K, p=p / p.sum())]
+                lengths[s] += 1
+            print(min(lengths), n_tokens, flush=True)
     finally:
         ll.llama_batch_free(batch)
         ll.llama_free(ctx)
@@ -69,4 +83,5 @@ def sample(model_path: str, n_samples: int, n_tokens: int, seed: int, threads: i
 if __name__ == "__main__":
     model, out = sys.argv[1], sys.argv[2]
     n_samples, n_tokens, seed, threads = map(int, sys.argv[3:7])
-    np.save(out, sample(model, n_samples, n_tokens, seed, threads))
+    prompts = json.loads(open(sys.argv[7]).read()) if len(sys.argv) > 7 else None
+    np.save(out, sample(model, n_samples, n_tokens, seed, threads, prompts))

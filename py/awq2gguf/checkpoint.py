@@ -120,6 +120,21 @@ def _cast_to_fp32(model: nn.Module) -> None:
     model.float()  # buffers
 
 
+@torch.no_grad()
+def round_to_f16(model: nn.Module) -> None:
+    """Round every weight to the nearest F16 value (kept in FP32), in place.
+
+    llama.cpp's usual path quantizes an F16 GGUF, and ggml's Q4_0 rounds exact halves up. Weights
+    that lie on a coarser grid (a checkpoint dequantized from 5 bits, as qwen-coder is) sit on
+    those halves in FP32, so every one rounds the same way and biases its block; F16 rounding
+    moves them off, both ways. On Qwen2.5-Coder-0.5B plain Q4_0 of the FP32 weights has KLD 0.140
+    to FP16, of the F16 ones 0.132: the search has to start from the weights the baseline uses.
+    """
+    for p in model.parameters():
+        if p.is_floating_point():
+            p.data = p.data.half().float()
+
+
 def untie_output(model: nn.Module) -> None:
     """Give the output matrix its own copy of the token embeddings, so AWQ can scale it."""
     head = model.get_output_embeddings()

@@ -32,6 +32,8 @@ class Options:
     calib: Path | None = None  # None: the model samples its own calibration text
     calib_samples: int = 16
     calib_tokens: int = 256
+    calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
+    prompts: bool = False  # self-sampled text starts from calibration.PROMPTS rather than from BOS
     clip: bool = True
     untie_output: bool = False
     grid: tuple[float, ...] = DEFAULT_GRID
@@ -46,8 +48,13 @@ class Summary:
     out: Path
     calibration: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
-    mean_alpha: float | None = None
-    error_ratio: float | None = None  # AWQ output error / plain Q4_0 output error, summed over groups
+    mean_alpha: float | None = None  # over the groups kept
+    groups_kept: tuple[int, int] | None = None  # (kept, searched) scaling groups
+    clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
+    block_error_ratio: float | None = None  # chosen / plain block output error, summed over blocks
+    check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights
+    check_plain_kld: float | None = None  # ... and of plain Q4_0
+    fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
 
 
 class Progress(Protocol):
@@ -61,9 +68,15 @@ class NoProgress:
         yield lambda done: None
 
 
-def provenance(opts: Options, calib: calibration.Calibration) -> dict[str, str]:
+def provenance(opts: Options, calib: calibration.Calibration, summary: Summary) -> dict[str, str]:
     """GGUF metadata (llama-quantize --override-kv) saying how the file was made."""
     grid = f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)"
+    check = {} if summary.check_kld is None else {
+        "awq2gguf.check.tokens": f"int:{calib.held_out_ids.numel()}",
+        "awq2gguf.check.kld": f"float:{summary.check_kld:.6f}",
+        "awq2gguf.check.plain_kld": f"float:{summary.check_plain_kld:.6f}",
+        "awq2gguf.check.fell_back": f"bool:{str(summary.fell_back).lower()}",
+    }
     return {
         "awq2gguf.version": f"str:{__version__}",
         "awq2gguf.engine": f"str:{opts.engine}",
@@ -74,37 +87,68 @@ def provenance(opts: Options, calib: calibration.Calibration) -> dict[str, str]:
         "awq2gguf.group_size": f"int:{BLOCK}",
         "awq2gguf.clip": f"bool:{str(opts.clip).lower()}",
         "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
+        **check,
     }
 
 
 def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: Progress) -> calibration.Calibration:
     if opts.calib is not None:
         with progress.stage(f"calibration text from {opts.calib.name}"):
-            return calibration.from_file(tokenizer, opts.calib, opts.calib_samples, opts.calib_tokens)
+            return calibration.from_file(tokenizer, opts.calib, opts.calib_samples, opts.calib_tokens,
+                                         opts.calib_held_out)
+    n = opts.calib_samples + opts.calib_held_out
+    prompts = calibration.prompt_ids(tokenizer, n) if opts.prompts else None
     with progress.stage("FP16 GGUF for sampling calibration text"):
         f16 = convert_hf_to_gguf(model_dir, work / "source-f16.gguf", "f16")
     try:
-        with progress.stage(f"sampling {opts.calib_samples} x {opts.calib_tokens} calibration tokens",
-                            opts.calib_tokens) as done:
+        with progress.stage(f"sampling {opts.calib_samples} + {opts.calib_held_out} x {opts.calib_tokens} "
+                            "calibration tokens", opts.calib_tokens) as done:
             return calibration.generated(get_build(opts.build), f16, opts.calib_samples, opts.calib_tokens,
-                                         opts.seed, opts.threads, on_step=lambda d, _total: done(d))
+                                         opts.seed, opts.threads, on_step=lambda d, _total: done(d),
+                                         n_held_out=opts.calib_held_out, prompts=prompts)
     finally:
         f16.unlink(missing_ok=True)
+
+
+def _load(model_dir: Path, opts: Options):
+    model = checkpoint.load_model(model_dir)
+    checkpoint.round_to_f16(model)
+    if opts.untie_output:
+        checkpoint.untie_output(model)
+    return model
 
 
 def _awq(model_dir: Path, calib: calibration.Calibration, opts: Options, work: Path,
          progress: Progress, summary: Summary) -> Path:
     from .awq.apply import apply_awq
+    from .awq.guard import kl_divergence, model_log_probs
 
     with progress.stage("loading the FP model"):
-        model = checkpoint.load_model(model_dir)
-    if opts.untie_output:
-        checkpoint.untie_output(model)
+        model = _load(model_dir, opts)
+    held_out = calib.held_out_ids
+    if len(held_out):
+        with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
+            reference = model_log_probs(model, held_out, quantized=False)
+            summary.check_plain_kld = kl_divergence(reference, model_log_probs(model, held_out, quantized=True))
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
-        results = apply_awq(model, calib.input_ids, opts.grid, opts.clip, on_layer=lambda i: done(i + 1))
-    summary.mean_alpha = sum(r.alpha for r in results) / len(results)
-    summary.error_ratio = sum(r.error for r in results) / sum(r.plain_error for r in results)
+        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, on_layer=lambda i: done(i + 1))
+    kept = [g for g in result.groups if g.kept]
+    summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
+    summary.groups_kept = (len(kept), len(result.groups))
+    summary.clipped = (sum(result.clipped), len(result.clipped))
+    summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
+    if len(held_out):
+        with progress.stage("checking the whole model on the held-out tokens"):
+            summary.check_kld = kl_divergence(reference, model_log_probs(model, held_out, quantized=True))
+        del reference
+        if summary.check_kld >= summary.check_plain_kld:
+            # The search lost on text it never saw: write what plain rounding makes of the original.
+            summary.fell_back = True
+            del model
+            gc.collect()
+            with progress.stage("AWQ lost the check: reloading the original weights"):
+                model = _load(model_dir, opts)
     with progress.stage("saving the folded FP model"):
         folded = checkpoint.save_model(model, model_dir, work / "folded")
     del model
@@ -143,7 +187,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
         shutil.rmtree(folded)
         with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
-            metadata = [a for k, v in provenance(opts, calib).items() for a in ("--override-kv", f"{k}={v}")]
+            metadata = [a for k, v in provenance(opts, calib, summary).items() for a in ("--override-kv", f"{k}={v}")]
             quantize(build, f32, out, opts.qtype, opts.threads, tuple(metadata))
         summary.seconds["GGUF"] = time.perf_counter() - started
         return summary

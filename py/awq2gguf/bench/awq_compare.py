@@ -1,15 +1,16 @@
-"""`bench awq`: ways of making an all-Q4_0 SmolLM2-135M, made and measured against its FP16.
+"""`bench awq`: ways of making an all-Q4_0 development model, made and measured against its FP16.
 
 Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file and
-with self-sampled text (and with --untie-output), and the AutoAWQ engine when installed. The
-calibration windows come from the second half of the evaluation text, which the perplexity
-windows (at its start) never reach, and are written to one file that awq2gguf, AutoAWQ and
-llama-imatrix all read, so every method sees the same text.
+with self-sampled text (and with --untie-output when the model ties its output matrix), and the
+AutoAWQ engine when installed. The calibration windows come from the second half of the
+evaluation text, which the perplexity windows (at its start) never reach, and are written to one
+file that awq2gguf, AutoAWQ and llama-imatrix all read, so every method sees the same text.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from ..builds import Build
 from ..calibration import from_text
 from ..checkpoint import load_tokenizer
+from ..pipeline import Options
 from ..quantize import quantize
 from .llama_bench import BenchError, run_tool
 from .peak_rss import run_with_peak_rss
@@ -31,12 +33,13 @@ class Made:
     peak_rss: int | None = None
 
 
-def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path) -> Path:
-    """n_samples + 1 windows (one spare: re-tokenizing decoded text can lose a token or two) from
-    the second half of eval_text, decoded into one file."""
+def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path,
+                     n_held_out: int = Options.calib_held_out) -> Path:
+    """n_samples + n_held_out (awq2gguf's final check) + 1 windows (one spare: re-tokenizing
+    decoded text can lose a token or two) from the second half of eval_text, decoded into one file."""
     tokenizer = load_tokenizer(model_dir)
     text = eval_text.read_text()
-    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + 1, n_tokens, str(eval_text))
+    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + n_held_out + 1, n_tokens, str(eval_text))
     out.write_text("".join(tokenizer.decode(row) for row in calib.input_ids))
     return out
 
@@ -62,6 +65,10 @@ def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Bui
     return Made(label, out, time.monotonic() - start, peak)
 
 
+def _ties_output(model_dir: Path) -> bool:
+    return json.loads((model_dir / "config.json").read_text()).get("tie_word_embeddings", True)
+
+
 def autoawq_available() -> bool:
     return importlib.util.find_spec("awq") is not None
 
@@ -80,8 +87,8 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     runs = [("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
             *((f"awq2gguf, self-sampled text, seed {seed}", f"awq2gguf-self-seed{seed}-Q4_0.gguf",
                ["--seed", str(seed)]) for seed in seeds),
-            ("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
-             ["--calib", str(calib), "--untie-output"])]
+            *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
+                ["--calib", str(calib), "--untie-output"])] if _ties_output(model_dir) else [])]
     if autoawq:
         runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
                      ["--calib", str(calib), "--engine", "autoawq"]))

