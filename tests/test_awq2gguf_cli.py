@@ -178,7 +178,8 @@ def test_bad_calibration_and_output_paths(tiny_hf, calib_text, tmp_path):
     out = tmp_path / "out.gguf"
     cases = [
         (("--calib", calib_text, "--calib-samples", "64", "--calib-tokens", "512"),
-         "samples of 512 tokens need 32768. Give more text, or lower --calib-samples / --calib-tokens"),
+         "64 + 4 held-out samples of 512 tokens need 34816. Give more text, or lower --calib-samples / "
+         "--calib-held-out / --calib-tokens"),
         (("--calib", tmp_path / "missing.txt"), "missing.txt does not exist"),
     ]
     bad_jsonl = tmp_path / "bad.jsonl"
