@@ -51,7 +51,7 @@ def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, t
     meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("awq2gguf.")}
     assert meta["awq2gguf.calibration.source"] == "file:zen.txt"
     assert (meta["awq2gguf.calibration.samples"], meta["awq2gguf.calibration.tokens"]) == (4, 64)
-    assert meta["awq2gguf.group_size"] == 32 and meta["awq2gguf.clip"] is True
+    assert meta["awq2gguf.group_size"] == 32 and meta["awq2gguf.clip"] is True and meta["awq2gguf.compensate"] is True
     assert meta["awq2gguf.alpha_grid"] == "0..1 (21 points)"
     # The final check ran on 4 held-out samples, and what was written is never worse than plain.
     assert meta["awq2gguf.check.tokens"] == 4 * 64
@@ -71,7 +71,8 @@ def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_
     out = tmp_path / "out.gguf"
     result = run(model_dir, out, *FAST)
     assert result.exit_code == 0, result.output
-    assert GGUFReader(out).fields["awq2gguf.calibration.source"].contents() == "generated:seed=0"
+    # 4 + 4 held-out sequences, each from one of the prompts (the default).
+    assert GGUFReader(out).fields["awq2gguf.calibration.source"].contents() == "generated:seed=0,prompts=8"
 
     with torch.no_grad():
         fp = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)(

@@ -26,5 +26,5 @@ def test_awq2gguf_halves_the_kl_divergence_of_plain_all_q4_0(builds, tmp_path):
     perplexity.on_text(build, f16, DEFAULT_EVAL_TEXT, 512, 8, 2, save_logits=base)
     kld = {name: perplexity.against_base(build, path, base, 2)["kld"]
            for name, path in (("plain", quantized_by(build, f16, "Q4_0")), ("awq", out))}
-    # Measured with 16 x 256 calibration tokens over 20 windows: 0.425 -> 0.189.
+    # Measured with 16 x 256 calibration tokens over 20 windows: 0.425 -> 0.165 (0.189 without compensation).
     assert kld["awq"] < 0.6 * kld["plain"], kld

@@ -37,7 +37,8 @@ def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
         fp = model(held_out).logits
     plain_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
 
-    results = apply_awq(model, calib, clip=False).groups  # clipping changes the FP function: on its own below
+    # Clipping and compensated rounding change the FP function: on their own below.
+    results = apply_awq(model, calib, clip=False, compensated=False).groups
 
     with torch.no_grad():
         assert torch.allclose(model(held_out).logits, fp, rtol=1e-3, atol=1e-3)
@@ -56,7 +57,7 @@ def test_clipping_brings_q4_0_closer_still():
         model = with_salient_channels(tiny("llama", 2))
         with torch.no_grad():
             fp = model(held_out).logits
-        apply_awq(model, calib, clip=clip)
+        apply_awq(model, calib, clip=clip, compensated=False)
         errors[clip] = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
     assert errors[True] < errors[False], errors
 
@@ -69,12 +70,13 @@ def test_tied_output_is_left_alone():
     calib = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
     results = apply_awq(model, calib, clip=False).groups
     assert "output" not in {r.group for r in results}  # a scale would change the embeddings' rows
-    assert torch.equal(model.get_input_embeddings().weight, embeddings)
+    assert torch.equal(model.get_input_embeddings().weight, embeddings)  # ... and so would compensation
     result = apply_awq(model, calib)  # clipping changes the shared Q4_0 blocks, which serve both uses
     clipped = model.get_input_embeddings().weight
     assert model.get_output_embeddings().weight is clipped
     assert (clipped.abs() <= embeddings.abs()).all()
     assert torch.equal(clipped, embeddings) != result.clipped[-1]  # clipped exactly when the check kept it
+    assert result.compensated[-1] is False
 
 
 def test_no_block_ends_worse_than_plain_rounding_on_its_objective():
@@ -101,3 +103,19 @@ def test_kept_groups_lower_the_block_error_they_were_judged_on():
     result = apply_awq(model, calib)
     assert any(g.kept for g in result.groups)  # salient channels: scaling pays somewhere
     assert sum(c for c, _ in result.block_errors) < sum(p for _, p in result.block_errors)
+
+
+def test_compensated_rounding_is_kept_where_it_pays_and_survives_q4_0():
+    g = torch.Generator().manual_seed(2)
+    calib = torch.randint(0, 512, (8, 64), generator=g)
+    errors = {}
+    for compensated in (False, True):
+        model = with_salient_channels(tiny("qwen2", 4))
+        result = apply_awq(model, calib, compensated=compensated)
+        errors[compensated] = sum(c for c, _ in result.block_errors)
+    assert any(result.compensated)
+    assert errors[True] < errors[False], errors
+    for layer, kept in zip(model.model.layers, result.compensated):
+        linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
+        # A compensated block is already on the Q4_0 grid: llama-quantize will write it as it is.
+        assert all(torch.equal(q4_0_fake_quant(l.weight), l.weight) for l in linears) == kept

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from awq2gguf.awq.search import InputStats, apply_clip, output_error, scales_for, search_clip, search_scales
+from awq2gguf.awq.search import DEFAULT_GRID, InputStats, apply_clip, output_error, scales_for, search_clip, search_scales
 from awq2gguf.q4_0 import q4_0_fake_quant
 
 
@@ -44,7 +44,7 @@ def test_search_beats_plain_q4_0_on_outlier_activations():
 def test_coarse_to_fine_search_finds_the_grid_minimum():
     x, linears = group_with_outlier_channels()
     stats = InputStats.of(x)
-    errors = {a: output_error(stats, linears, scales_for(stats.mean, a)) for a in (i / 20 for i in range(21))}
+    errors = {a: output_error(stats, linears, scales_for(stats.mean, a)) for a in DEFAULT_GRID}
     assert search_scales(stats, linears).alpha == min(errors, key=errors.get)
 
 

@@ -33,8 +33,9 @@ class Options:
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
-    prompts: bool = False  # self-sampled text starts from calibration.PROMPTS rather than from BOS
+    prompts: bool = True  # self-sampled text starts from calibration.PROMPTS rather than from BOS
     clip: bool = True
+    compensate: bool = True  # GPTQ-style error-compensated rounding after scales and clipping
     untie_output: bool = False
     grid: tuple[float, ...] = DEFAULT_GRID
     engine: str = "awq2gguf"
@@ -51,6 +52,7 @@ class Summary:
     mean_alpha: float | None = None  # over the groups kept
     groups_kept: tuple[int, int] | None = None  # (kept, searched) scaling groups
     clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
+    compensated: tuple[int, int] | None = None  # (blocks and output matrix compensated, all of them)
     block_error_ratio: float | None = None  # chosen / plain block output error, summed over blocks
     check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights
     check_plain_kld: float | None = None  # ... and of plain Q4_0
@@ -86,6 +88,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary) 
         "awq2gguf.alpha_grid": f"str:{grid}",
         "awq2gguf.group_size": f"int:{BLOCK}",
         "awq2gguf.clip": f"bool:{str(opts.clip).lower()}",
+        "awq2gguf.compensate": f"bool:{str(opts.compensate).lower()}",
         "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
         **check,
     }
@@ -132,11 +135,13 @@ def _awq(model_dir: Path, calib: calibration.Calibration, opts: Options, work: P
             summary.check_plain_kld = kl_divergence(reference, model_log_probs(model, held_out, quantized=True))
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
-        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, on_layer=lambda i: done(i + 1))
+        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate,
+                           on_layer=lambda i: done(i + 1))
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))
     summary.clipped = (sum(result.clipped), len(result.clipped))
+    summary.compensated = (sum(result.compensated), len(result.compensated))
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):

@@ -1,14 +1,15 @@
-"""AWQ over a whole model, block by block, as in the AWQ paper and AutoAWQ.
+"""AWQ over a whole model, block by block, as in the AWQ paper and AutoAWQ, then compensated rounding.
 
 The first block's input is captured once from calibration tokens. For each block: its linears'
 inputs are captured in one FP forward (as Gram matrices), every scaling group's scales are
 searched on them and folded into the FP weights (the function is unchanged), then each Q4_0
-block's clipping is searched; a group's scales and the clipping are kept only where they lower
-the block's real output error with all its linears quantized (guard.py: the groups' own errors
-can all go down while the block's goes up). The next block's input is the output of this block
-with Q4_0 fake-quantized weights, so later blocks learn to live with the errors of earlier ones.
-An untied output matrix is scaled last, through the final norm, judged by the KL divergence of
-the next-token distribution.
+block's clipping is searched, then every linear is rounded with error compensation
+(compensate.py, GPTQ on the Q4_0 grid). Each of the three is kept only where it lowers the block's
+real output error with all its linears quantized (guard.py: the groups' own errors can all go
+down while the block's goes up). The next block's input is the output of this block with Q4_0
+fake-quantized weights, so later blocks learn to live with the errors of earlier ones. An untied
+output matrix is done last, through the final norm, judged by the KL divergence of the
+next-token distribution.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch import nn
 
 from ..q4_0 import q4_0_fake_quant
+from .compensate import compensate
 from .fold import fold_scales
 from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
 from .guard import batch_slice, kl_divergence, log_probs
@@ -40,6 +42,7 @@ class GroupResult:
 class AwqResult:
     groups: list[GroupResult]
     clipped: list[bool]  # per decoder block, then the output matrix: clipping kept
+    compensated: list[bool]  # per decoder block, then the output matrix: compensated rounding kept
     block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
@@ -113,7 +116,10 @@ class _Block:
         self.y_ref = _run(layer, self.x, self.kwargs)
         self.original = [p.detach().clone() for p in layer.parameters()]
 
-    def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None) -> None:
+    def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None,
+                  weights: dict | None = None) -> None:
+        """The FP weights with these groups' scales folded, these clips, then these linears' weights
+        replaced (the compensated rounding of the former)."""
         for p, w in zip(self.layer.parameters(), self.original):
             p.data.copy_(w)
         for group, s in zip(groups, scales):
@@ -121,16 +127,29 @@ class _Block:
                 fold_scales(group, s)
         for linear, c in (clips or {}).items():
             apply_clip(linear, c)
+        for linear, w in (weights or {}).items():
+            linear.weight.data.copy_(w)
 
     def error(self) -> float:
         return (_run_fake_quantized(self.layer, self.x, self.kwargs) - self.y_ref).pow(2).mean().item()
 
 
-def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, i: int,
-                  n_objective: int) -> tuple[list[GroupResult], bool, tuple[float, float]]:
+def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[nn.Linear, torch.Tensor]:
+    """Every linear's compensated rounding; linears that share an input are done as one matrix
+    (rows are independent, and the Hessian is the same)."""
+    weights = {}
+    for linears in input_sites(layer).values():
+        rounded = compensate(torch.cat([l.weight for l in linears]), stats[linears[0]])
+        weights.update(zip(linears, rounded.split([l.out_features for l in linears])))
+    return weights
+
+
+def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, compensated: bool, i: int,
+                  n_objective: int) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
     """Search every group's scales on the FP inputs (as AutoAWQ does), then keep only what lowers
     the block's real output error: drop groups one at a time while that helps, then clip if that
-    helps. Plain rounding is the starting point's rival, so the block never ends worse than it."""
+    helps, then compensate the rounding if that helps. Plain rounding is the starting point's
+    rival, so the block never ends worse than it."""
     stats = _input_stats(layer, x, kwargs)
     groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid) for g in groups]
@@ -151,30 +170,41 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     if best > plain:
         kept, best = [False] * len(groups), plain
         block.configure(groups, chosen(kept))
-    clipped = False
+    for group, c, k in zip(groups, choices, kept):
+        if k:
+            for linear in group.consumers:
+                stats[linear] = stats[linear].scaled(c.scales)
+    clipped, clips = False, None
     if clip:
-        for group, c, k in zip(groups, choices, kept):
-            if k:
-                for linear in group.consumers:
-                    stats[linear] = stats[linear].scaled(c.scales)
         clips = {linear: search_clip(stats[linear], linear) for linear in clip_targets(layer)}
         block.configure(groups, chosen(kept), clips)
         if (e := block.error()) < best:
             clipped, best = True, e
         else:
+            clips = None
             block.configure(groups, chosen(kept))
+    if compensated:
+        weights = _compensated(layer, stats)
+        block.configure(groups, chosen(kept), clips, weights)
+        if (e := block.error()) < best:
+            best = e
+        else:
+            compensated = False
+            block.configure(groups, chosen(kept), clips)
     results = [GroupResult(i, g.name, c.alpha, c.error, c.plain_error, k) for g, c, k in zip(groups, choices, kept)]
-    return results, clipped, (best, plain)
+    return results, clipped, compensated, (best, plain)
 
 
 def output_is_tied(model: nn.Module) -> bool:
     return model.get_output_embeddings().weight is model.get_input_embeddings().weight
 
 
-def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, n_objective: int) -> tuple[list[GroupResult], bool]:
-    """The output matrix: scales through the final norm (untied only: a scale would change the
-    embeddings' rows too) and clipping, each kept only if it lowers the KL divergence of the
-    next-token distribution (FP head on the same hidden states) on the objective samples."""
+def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensated: bool,
+                   n_objective: int) -> tuple[list[GroupResult], bool, bool]:
+    """The output matrix: scales through the final norm, and compensated rounding (untied only:
+    either would change the embeddings' rows too), and clipping, each kept only if it lowers the
+    KL divergence of the next-token distribution (FP head on the same hidden states) on the
+    objective samples."""
     norm, head = model.model.norm, model.get_output_embeddings()
     h_obj = h[:n_objective]
     ref = log_probs(h_obj, norm, head, quantize_head=False)
@@ -204,30 +234,41 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, n_object
     if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
         scaled_head = head.weight.detach().clone()
         apply_clip(head, search_clip(stats, head))
-        if score() < best:
-            clipped = True
+        if (e := score()) < best:
+            clipped, best = True, e
         else:
             head.weight.data.copy_(scaled_head)
         del scaled_head
-    return results, clipped
+    compensated = compensated and not output_is_tied(model)
+    if compensated:
+        rounded = head.weight.detach().clone()
+        compensate(head.weight, stats, out=head.weight)
+        if score() >= best:
+            compensated = False
+            head.weight.data.copy_(rounded)
+        del rounded
+    return results, clipped, compensated
 
 
 @torch.no_grad()
 def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip: bool = True,
-              on_layer: Callable[[int], None] = lambda i: None, objective_samples: int = 4) -> AwqResult:
-    """Search and fold AWQ scales (and clipping) into `model`, in place, from calibration
-    `input_ids` (samples, tokens); each choice is kept only where the block's (or the output's)
-    real error on the first `objective_samples` samples goes down."""
+              compensated: bool = True, on_layer: Callable[[int], None] = lambda i: None,
+              objective_samples: int = 4) -> AwqResult:
+    """Search and fold AWQ scales (clipping, compensated rounding) into `model`, in place, from
+    calibration `input_ids` (samples, tokens); each choice is kept only where the block's (or the
+    output's) real error on the first `objective_samples` samples goes down."""
     x, kwargs = _first_block_input(model, input_ids)
-    result = AwqResult([], [], [])
+    result = AwqResult([], [], [], [])
     for i, layer in enumerate(model.model.layers):
-        groups, clipped, errors = _choose_block(layer, x, kwargs, grid, clip, i, objective_samples)
+        groups, clipped, comp, errors = _choose_block(layer, x, kwargs, grid, clip, compensated, i, objective_samples)
         result.groups += groups
         result.clipped.append(clipped)
+        result.compensated.append(comp)
         result.block_errors.append(errors)
         x = _run_fake_quantized(layer, x, kwargs)
         on_layer(i)
-    groups, clipped = _choose_output(model, x, grid, clip, objective_samples)
+    groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples)
     result.groups += groups
     result.clipped.append(clipped)
+    result.compensated.append(comp)
     return result

@@ -1,10 +1,11 @@
 """`bench awq`: ways of making an all-Q4_0 development model, made and measured against its FP16.
 
-Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file and
-with self-sampled text (and with --untie-output when the model ties its output matrix), and the
-AutoAWQ engine when installed. The calibration windows come from the second half of the
-evaluation text, which the perplexity windows (at its start) never reach, and are written to one
-file that awq2gguf, AutoAWQ and llama-imatrix all read, so every method sees the same text.
+Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file (with
+and without compensated rounding) and with self-sampled text (and with --untie-output when the
+model ties its output matrix), and the AutoAWQ engine when installed. The calibration windows
+come from the second half of the evaluation text, which the perplexity windows (at its start)
+never reach, and are written to one file that awq2gguf, AutoAWQ and llama-imatrix all read, so
+every method sees the same text.
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     log("llama-imatrix + llama-quantize")
     made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
     runs = [("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
+            ("awq2gguf, calibration file, --no-compensate", "awq2gguf-file-nocomp-Q4_0.gguf",
+             ["--calib", str(calib), "--no-compensate"]),
             *((f"awq2gguf, self-sampled text, seed {seed}", f"awq2gguf-self-seed{seed}-Q4_0.gguf",
                ["--seed", str(seed)]) for seed in seeds),
             *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
