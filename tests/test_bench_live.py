@@ -82,7 +82,7 @@ def test_roofline_reports_fractions(builds, tmp_path):
 
 
 def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
-    proc = bench(tmp_path, "awq-cost", "--shape", "tiny-tied", "--calib-samples", "2", "--calib-tokens", "32",
+    proc = bench(tmp_path, "awq-cost", "--shape", "tiny-tied", "--calib-samples", "2", "--calib-tokens", "64",
                  "--threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
