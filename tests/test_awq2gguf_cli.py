@@ -194,6 +194,8 @@ def test_bad_calibration_and_output_paths(tiny_hf, calib_text, tmp_path):
     assert not out.exists() and leftovers(tmp_path) == []
     result = run(tmp_path / "nowhere", out)
     assert result.exit_code == 1 and "nowhere is not a directory" in result.output
+    result = run(model_dir, out, "--calib", calib_text, "--alpha-steps", "-1")
+    assert result.exit_code == 2 and "needs 0 steps (no scales) or more" in result.output, result.output
 
 
 def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):
