@@ -5,10 +5,11 @@ import importlib.util
 import pytest
 import torch
 from click.testing import CliRunner
+from transformers import AutoModelForCausalLM
 from gguf import GGMLQuantizationType, GGUFReader
 
 from awq2gguf.calibration import from_file
-from awq2gguf.checkpoint import load_model, load_tokenizer
+from awq2gguf.checkpoint import load_tokenizer
 from awq2gguf.cli import main
 from awq2gguf.pipeline import Options
 from test_awq2gguf_cli import FAST, PROMPT_IDS
@@ -27,6 +28,7 @@ def test_folded_scales_leave_the_fp_logits_unchanged(tiny_hf, calib_text, tmp_pa
     folded = search_and_fold(model_dir, tokenizer, calib, Options(clip=False), tmp_path / "folded")
 
     ids = torch.tensor([PROMPT_IDS])
+    load_model = lambda d: AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)  # noqa: E731
     with torch.no_grad():
         fp, after = load_model(model_dir)(ids).logits, load_model(folded)(ids).logits
     changed = sum(not torch.equal(a, b) for a, b in zip(load_model(model_dir).parameters(),

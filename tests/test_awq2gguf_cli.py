@@ -105,16 +105,14 @@ def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_te
     from awq2gguf.awq import apply
     from awq2gguf.quantize import quantize
 
-    search = apply.apply_awq
+    choose = apply._choose_block
 
-    def harmful(model, *args, **kwargs):
-        result = search(model, *args, **kwargs)
-        with torch.no_grad():
-            for layer in model.model.layers:
-                layer.mlp.down_proj.weight.mul_(1.5)  # a wrong function, far from FP
-        return result
+    def harmful(layer, *args, **kwargs):
+        chosen = choose(layer, *args, **kwargs)
+        layer.mlp.down_proj.weight.mul_(1.5)  # a wrong function, far from FP
+        return chosen
 
-    monkeypatch.setattr(apply, "apply_awq", harmful)
+    monkeypatch.setattr(apply, "_choose_block", harmful)
     model_dir = tiny_hf("LlamaForCausalLM", "tiny-untied")
     out = tmp_path / "out.gguf"
     result = run(model_dir, out, "--calib", calib_text, *FAST)
@@ -161,7 +159,7 @@ def _broken(tiny_hf, tmp_path, how):
     ("gpt2", "architecture GPT2LMHeadModel is not supported; supported: LlamaForCausalLM, MistralForCausalLM, "
              "Qwen2ForCausalLM, Qwen3ForCausalLM"),
     ("no weights", "has no weights (*.safetensors or pytorch_model*.bin)"),
-    ("corrupt weights", "do not load"),
+    ("corrupt weights", "model.safetensors is truncated or corrupt"),
     ("missing tensor", "lack 1 tensors, e.g. model.layers.1.mlp.down_proj.weight"),
     ("bad tokenizer", "does not load"),
 ])

@@ -3,6 +3,7 @@
 import hashlib
 
 import numpy as np
+import pytest
 from gguf import GGUFReader
 
 from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
@@ -18,6 +19,12 @@ def test_qwen25_05b_shape_has_the_real_parameter_count():
     s = SHAPES["qwen2.5-0.5b"]
     assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.n_ff, s.n_vocab) == (24, 896, 14, 2, 4864, 151936)
     assert s.tied_embeddings and not SHAPES["qwen-1.8b"].tied_embeddings
+
+
+@pytest.mark.parametrize("name,published", [("qwen2.5-1.5b", 1_543_714_304), ("qwen2.5-3b", 3_085_938_688),
+                                            ("qwen2.5-7b", 7_615_616_512)])
+def test_bigger_qwen25_shapes_have_the_real_parameter_counts(name, published):
+    assert SHAPES[name].n_params() == published
 
 
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path, tiny_f16):

@@ -18,11 +18,11 @@ from .calibration import CalibrationError
 from .checkpoint import CheckpointError
 from .convert import ConvertError
 from .engines.autoawq import AutoAwqMissing
-from .pipeline import ENGINES, QTYPES, Options, run
+from .pipeline import ENGINES, QTYPES, NotEnoughDisk, Options, run
 from .quantize import QuantizeError
 
 err = Console(stderr=True)
-ERRORS = (CheckpointError, CalibrationError, ConvertError, QuantizeError, BuildMissing, AutoAwqMissing)
+ERRORS = (CheckpointError, NotEnoughDisk, CalibrationError, ConvertError, QuantizeError, BuildMissing, AutoAwqMissing)
 
 
 class RichProgress:
@@ -63,7 +63,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--qtype", type=click.Choice(QTYPES, case_sensitive=False), default="Q4_0", show_default=True,
+@click.option("--qtype", type=click.Choice(list(QTYPES), case_sensitive=False), default="Q4_0", show_default=True,
               help="Type of OUT. The scales are searched for Q4_0; Q4_0 puts every weight, output and "
                    "embeddings included, in Q4_0 (the patched llama-quantize).")
 @click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),

@@ -6,7 +6,6 @@ is atomic) that is removed at the end, whatever happens: OUT appears complete or
 
 from __future__ import annotations
 
-import gc
 import shutil
 import tempfile
 import time
@@ -21,8 +20,16 @@ from .builds import get_build
 from .convert import convert_hf_to_gguf
 from .q4_0 import BLOCK
 from .quantize import quantize
+from .streamed import StreamedModel
 
-QTYPES = ("Q4_0", "Q8_0", "Q4_K_M", "F16")
+# Bytes per weight of OUT, for the disk check (Q4_K_M: its mixture's average).
+QTYPES = {"Q4_0": 18 / 32, "Q8_0": 34 / 32, "Q4_K_M": 4.9 / 8, "F16": 2.0}
+# The folded FP32 folder and the F32 GGUF made from it exist together.
+TEMPORARY_BYTES_PER_WEIGHT = 8
+
+
+class NotEnoughDisk(RuntimeError):
+    pass
 ENGINES = ("awq2gguf", "autoawq")
 
 
@@ -113,30 +120,22 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
         f16.unlink(missing_ok=True)
 
 
-def _load(model_dir: Path, opts: Options):
-    model = checkpoint.load_model(model_dir)
-    checkpoint.round_to_f16(model)
-    if opts.untie_output:
-        checkpoint.untie_output(model)
-    return model
-
-
-def _awq(model_dir: Path, calib: calibration.Calibration, opts: Options, work: Path,
-         progress: Progress, summary: Summary) -> Path:
+def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, progress: Progress,
+         summary: Summary) -> Path:
     from .awq.apply import apply_awq
-    from .awq.guard import kl_divergence, model_log_probs
+    from .awq.forward import model_log_probs
+    from .awq.guard import kl_divergence
 
-    with progress.stage("loading the FP model"):
-        model = _load(model_dir, opts)
-    held_out = calib.held_out_ids
+    model, held_out = streamed.model, calib.held_out_ids
     if len(held_out):
         with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
-            reference = model_log_probs(model, held_out, quantized=False)
-            summary.check_plain_kld = kl_divergence(reference, model_log_probs(model, held_out, quantized=True))
+            reference, plain = model_log_probs(model, held_out, (False, True), streamed)
+            summary.check_plain_kld = kl_divergence(reference, plain)
+            del plain
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
         result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate,
-                           on_layer=lambda i: done(i + 1))
+                           on_layer=lambda i: done(i + 1), weights=streamed)
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))
@@ -145,20 +144,24 @@ def _awq(model_dir: Path, calib: calibration.Calibration, opts: Options, work: P
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
-            summary.check_kld = kl_divergence(reference, model_log_probs(model, held_out, quantized=True))
-        del reference
+            (folded,) = model_log_probs(model, held_out, (True,), streamed)
+            summary.check_kld = kl_divergence(reference, folded)
+        del reference, folded
         if summary.check_kld >= summary.check_plain_kld:
             # The search lost on text it never saw: write what plain rounding makes of the original.
             summary.fell_back = True
-            del model
-            gc.collect()
-            with progress.stage("AWQ lost the check: reloading the original weights"):
-                model = _load(model_dir, opts)
-    with progress.stage("saving the folded FP model"):
-        folded = checkpoint.save_model(model, model_dir, work / "folded")
-    del model
-    gc.collect()
-    return folded
+            streamed.reset()
+    with progress.stage("writing the folded FP model"):
+        return streamed.write_folder()
+
+
+def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
+    """Fail before the slow work if OUT's file system cannot hold the temporary files and OUT."""
+    needed = streamed.n_params() * (TEMPORARY_BYTES_PER_WEIGHT + QTYPES[opts.qtype])
+    free = shutil.disk_usage(out.parent).free
+    if free < needed:
+        raise NotEnoughDisk(f"not enough free disk beside {out}: this model needs about {needed / 2**30:.1f} GiB "
+                            f"(temporary files and OUT), {free / 2**30:.1f} GiB are free")
 
 
 def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgress()) -> Summary:
@@ -170,6 +173,9 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
     summary = Summary(out)
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
     try:
+        # First: a missing or corrupt shard, or too little disk, fails before any slow work.
+        streamed = StreamedModel(model_dir, work / "folded", opts.untie_output)
+        _check_disk(streamed, out, opts)
         started = time.perf_counter()
         tokenizer = checkpoint.load_tokenizer(model_dir)
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
@@ -183,7 +189,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             with progress.stage("AutoAWQ search (export_compatible)"):
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
-            folded = _awq(model_dir, calib, opts, work, progress, summary)
+            folded = _awq(streamed, calib, opts, progress, summary)
         summary.seconds["AWQ"] = time.perf_counter() - started
 
         started = time.perf_counter()

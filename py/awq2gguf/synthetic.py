@@ -71,6 +71,15 @@ SHAPES = {
         # Qwen2.5-0.5B: tied embeddings, GQA 14/2, qkv biases.
         ModelShape("qwen2.5-0.5b", n_layer=24, n_embd=896, n_head=14, n_head_kv=2, n_ff=4864,
                    tied_embeddings=True),
+        # The same, twice as deep: what streaming block by block must not make cost more memory.
+        ModelShape("qwen2.5-0.5b-deep", n_layer=48, n_embd=896, n_head=14, n_head_kv=2, n_ff=4864,
+                   tied_embeddings=True),
+        ModelShape("qwen2.5-1.5b", n_layer=28, n_embd=1536, n_head=12, n_head_kv=2, n_ff=8960,
+                   tied_embeddings=True),
+        ModelShape("qwen2.5-3b", n_layer=36, n_embd=2048, n_head=16, n_head_kv=2, n_ff=11008,
+                   tied_embeddings=True),
+        ModelShape("qwen2.5-7b", n_layer=28, n_embd=3584, n_head=28, n_head_kv=4, n_ff=18944,
+                   tied_embeddings=False, n_vocab=152064),
         # Qwen(1.5)-1.8B, the shape of the seed reports: MHA, untied output.
         ModelShape("qwen-1.8b", n_layer=24, n_embd=2048, n_head=16, n_head_kv=16, n_ff=5504,
                    tied_embeddings=False),

@@ -9,7 +9,8 @@ real output error with all its linears quantized (guard.py: the groups' own erro
 down while the block's goes up). The next block's input is the output of this block with Q4_0
 fake-quantized weights, so later blocks learn to live with the errors of earlier ones. An untied
 output matrix is done last, through the final norm, judged by the KL divergence of the
-next-token distribution.
+next-token distribution. Each part gets its weights when its turn comes and saves them when done
+(forward.Weights), so the model need not be in memory as a whole.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Callable
 import torch
 from torch import nn
 
-from ..q4_0 import q4_0_fake_quant
 from .compensate import compensate
 from .fold import fold_scales
+from .forward import RESIDENT, Weights, first_block_input, output_modules, run, run_fake_quantized
 from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
 from .guard import batch_slice, kl_divergence, log_probs
 from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_scales
@@ -46,34 +47,6 @@ class AwqResult:
     block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
-class _Captured(Exception):
-    pass
-
-
-def _first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """(hidden states, keyword arguments) the first decoder layer receives for input_ids."""
-    captured = {}
-
-    def hook(_module, args, kwargs):
-        captured["x"] = args[0] if args else kwargs.pop("hidden_states")
-        captured["kwargs"] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
-        raise _Captured
-
-    handle = model.model.layers[0].register_forward_pre_hook(hook, with_kwargs=True)
-    try:
-        model(input_ids, use_cache=False)
-    except _Captured:
-        pass
-    finally:
-        handle.remove()
-    return captured["x"], captured["kwargs"]
-
-
-def _run(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    out = layer(x, **kwargs)
-    return out[0] if isinstance(out, tuple) else out
-
-
 def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> dict[nn.Linear, InputStats]:
     """Statistics of the input of every linear, from one FP forward of the layer."""
     stats = {}
@@ -84,24 +57,11 @@ def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> dict[nn.Lin
 
     hooks = [site.register_forward_hook(hook) for site in sites]
     try:
-        _run(layer, x, kwargs)
+        run(layer, x, kwargs)
     finally:
         for h in hooks:
             h.remove()
     return {linear: stats[site] for site, linears in sites.items() for linear in linears}
-
-
-@torch.no_grad()
-def _run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    linears = [m for m in layer.modules() if isinstance(m, nn.Linear)]
-    saved = [l.weight.data.clone() for l in linears]
-    for l in linears:
-        l.weight.data = q4_0_fake_quant(l.weight.data)
-    try:
-        return _run(layer, x, kwargs)
-    finally:
-        for l, w in zip(linears, saved):
-            l.weight.data = w
 
 
 class _Block:
@@ -113,7 +73,7 @@ class _Block:
         self.layer = layer
         n = min(n_objective, x.shape[0])
         self.x, self.kwargs = x[:n], batch_slice(kwargs, x.shape[0], n)
-        self.y_ref = _run(layer, self.x, self.kwargs)
+        self.y_ref = run(layer, self.x, self.kwargs)
         self.original = [p.detach().clone() for p in layer.parameters()]
 
     def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None,
@@ -131,7 +91,7 @@ class _Block:
             linear.weight.data.copy_(w)
 
     def error(self) -> float:
-        return (_run_fake_quantized(self.layer, self.x, self.kwargs) - self.y_ref).pow(2).mean().item()
+        return (run_fake_quantized(self.layer, self.x, self.kwargs) - self.y_ref).pow(2).mean().item()
 
 
 def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[nn.Linear, torch.Tensor]:
@@ -205,69 +165,75 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     either would change the embeddings' rows too), and clipping, each kept only if it lowers the
     KL divergence of the next-token distribution (FP head on the same hidden states) on the
     objective samples."""
-    norm, head = model.model.norm, model.get_output_embeddings()
+    norm, head = output_modules(model)
+    tied = output_is_tied(model)
     h_obj = h[:n_objective]
     ref = log_probs(h_obj, norm, head, quantize_head=False)
     score = lambda: kl_divergence(ref, log_probs(h_obj, norm, head, quantize_head=True))
-    saved_norm, saved_head = norm.weight.detach().clone(), head.weight.detach().clone()
-
-    def restore():
-        norm.weight.data.copy_(saved_norm)
-        head.weight.data.copy_(saved_head)
-
     stats = InputStats.of(norm(h))
     best = score()
+    kept_norm, kept_head = norm.weight.detach().clone(), head.weight.detach().clone()
+
+    def keep_if_better() -> bool:
+        """Keep the weights as they are if they score better than the last kept, else go back."""
+        nonlocal best
+        if (e := score()) < best:
+            best = e
+            kept_norm.copy_(norm.weight)
+            kept_head.copy_(head.weight)
+            return True
+        norm.weight.data.copy_(kept_norm)
+        head.weight.data.copy_(kept_head)
+        return False
+
     results = []
-    if not output_is_tied(model):
-        group = ScaleGroup("output", norm, [head])
+    if not tied:
         choice = search_scales(stats, [head], grid)
         kept = False
         if choice.alpha > 0:
-            fold_scales(group, choice.scales)
-            if (e := score()) < best:
-                kept, best, stats = True, e, stats.scaled(choice.scales)
-            else:
-                restore()
+            fold_scales(ScaleGroup("output", norm, [head]), choice.scales)
+            if kept := keep_if_better():
+                stats = stats.scaled(choice.scales)
         results.append(GroupResult(len(model.model.layers), "output", choice.alpha, choice.error,
                                    choice.plain_error, kept))
     clipped = False
     if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
-        scaled_head = head.weight.detach().clone()
         apply_clip(head, search_clip(stats, head))
-        if (e := score()) < best:
-            clipped, best = True, e
-        else:
-            head.weight.data.copy_(scaled_head)
-        del scaled_head
-    compensated = compensated and not output_is_tied(model)
+        clipped = keep_if_better()
+    compensated = compensated and not tied
     if compensated:
-        rounded = head.weight.detach().clone()
         compensate(head.weight, stats, out=head.weight)
-        if score() >= best:
-            compensated = False
-            head.weight.data.copy_(rounded)
-        del rounded
+        compensated = keep_if_better()
     return results, clipped, compensated
 
 
 @torch.no_grad()
 def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip: bool = True,
               compensated: bool = True, on_layer: Callable[[int], None] = lambda i: None,
-              objective_samples: int = 4) -> AwqResult:
+              objective_samples: int = 4, weights: Weights = RESIDENT) -> AwqResult:
     """Search and fold AWQ scales (clipping, compensated rounding) into `model`, in place, from
     calibration `input_ids` (samples, tokens); each choice is kept only where the block's (or the
-    output's) real error on the first `objective_samples` samples goes down."""
-    x, kwargs = _first_block_input(model, input_ids)
+    output's) real error on the first `objective_samples` samples goes down. Each part gets its
+    weights from `weights` when its turn comes and is saved there when done."""
+    embed = model.get_input_embeddings()
+    weights.load(embed)
+    x, kwargs = first_block_input(model, input_ids)
+    weights.release(embed)
     result = AwqResult([], [], [], [])
     for i, layer in enumerate(model.model.layers):
+        weights.load(layer)
         groups, clipped, comp, errors = _choose_block(layer, x, kwargs, grid, clip, compensated, i, objective_samples)
         result.groups += groups
         result.clipped.append(clipped)
         result.compensated.append(comp)
         result.block_errors.append(errors)
-        x = _run_fake_quantized(layer, x, kwargs)
+        x = run_fake_quantized(layer, x, kwargs)
+        weights.save(layer)
         on_layer(i)
+    outputs = output_modules(model)
+    weights.load(*outputs)
     groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples)
+    weights.save(*outputs)
     result.groups += groups
     result.clipped.append(clipped)
     result.compensated.append(comp)

@@ -13,8 +13,6 @@ checked against plain rounding on what follows it:
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -64,45 +62,3 @@ def kl_divergence(ref: torch.Tensor, test: torch.Tensor) -> float:
         r, t = r.float(), t.float()
         total += (r.exp() * (r - t)).sum().item()
     return total / ref.shape[0]
-
-
-@contextmanager
-def all_q4_0(model: nn.Module):
-    """The model's forward with every linear and the token embeddings Q4_0 fake-quantized, as the
-    all-Q4_0 GGUF will be; one quantized matrix exists at a time, so memory stays flat."""
-    handles = []
-
-    def swap_in(module, _args):
-        module._fp_weight = module.weight.data
-        module.weight.data = quantized(module.weight.data)
-
-    def swap_out(module, _args, _out):
-        module.weight.data = module._fp_weight
-        del module._fp_weight
-
-    for m in model.modules():
-        if isinstance(m, nn.Linear):
-            handles += [m.register_forward_pre_hook(swap_in), m.register_forward_hook(swap_out)]
-        elif isinstance(m, nn.Embedding):
-            # Rows are quantized on their own (32 at a time along the row): quantizing the rows looked
-            # up is quantizing the table.
-            handles.append(m.register_forward_hook(lambda _m, _a, out: q4_0_fake_quant(out)))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
-
-
-@torch.no_grad()
-def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: bool) -> torch.Tensor:
-    """Log-probabilities (tokens, vocab) of every position of input_ids, FP or all-Q4_0."""
-    out = []
-    for row in input_ids:
-        if quantized:
-            with all_q4_0(model):
-                logits = model(row[None], use_cache=False).logits[0]
-        else:
-            logits = model(row[None], use_cache=False).logits[0]
-        out.append(F.log_softmax(logits.float(), -1).half())
-    return torch.cat(out)

@@ -27,6 +27,7 @@ from .accuracy import evaluate_model
 from .llama_bench import ENGINES, BenchError, run_llama_bench
 from .machine import busy_warning, cpu_info, physical_cores, threads_warning
 from .models import dev_model_suite, quantized_by, synthetic_f16
+from .peak_rss import peak_disk
 from .speed import paired_ratios, run_interleaved
 from .tasks import TASKS, load_items
 
@@ -385,8 +386,9 @@ def awq(dev_model, build_name, text, ctx, chunks, calib_samples, calib_tokens, s
 @THREADS
 @JSON
 def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
-    """Wall time and peak RSS (children included) of `awq2gguf` with its defaults (self-sampled
-    calibration, clip search, all-Q4_0 on the patched build) on a synthetic HF model of --shape."""
+    """Wall time, peak RSS (children included) and peak disk (temporary files and OUT) of
+    `awq2gguf` with its defaults (self-sampled calibration, all-Q4_0 on the patched build) on a
+    random-weight bf16 HF model of --shape, made once into the models folder."""
     from ..synthetic_hf import write_synthetic_hf
 
     busy = _check_machine(threads)
@@ -396,7 +398,7 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
         write_synthetic_hf(SHAPES[shape], model_dir)
     size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
     args = ["--calib-samples", str(calib_samples), "--calib-tokens", str(calib_tokens), "--threads", str(threads)]
-    with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp:
+    with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp, peak_disk(Path(tmp)) as disk:
         try:
             made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
                                         get_build("patched"))
@@ -405,7 +407,7 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
         out_mib = made.path.stat().st_size / 2**20
     report = {"kind": "awq-cost", "shape": shape, "threads": threads, "calib_samples": calib_samples,
               "calib_tokens": calib_tokens, "checkpoint_mib": size, "out_mib": out_mib, "seconds": made.seconds,
-              "peak_rss_mib": made.peak_rss / 2**20, "busy_warning": busy}
+              "peak_rss_mib": made.peak_rss / 2**20, "peak_disk_mib": disk() / 2**20, "busy_warning": busy}
     _finish("awq-cost", report, tables.awq_cost_table(report), as_json)
 
 

@@ -1,4 +1,4 @@
-"""Run a command and measure its own peak RSS.
+"""Peak use of the machine by a job: a command's own peak RSS, and the disk a folder takes.
 
 ru_maxrss of a child spawned from this process is useless: exec keeps the larger of the old and
 new address spaces' high-water marks, and the old one is ours (hundreds of MB once numpy has held
@@ -8,9 +8,13 @@ rusage, as GNU time does; its floor is the launcher's own ~10 MB.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
+import threading
+from contextlib import contextmanager
+from pathlib import Path
 
 _LAUNCHER = """
 import ctypes, os, sys
@@ -33,3 +37,36 @@ def run_with_peak_rss(cmd: list[str], env: dict[str, str] | None = None,
                               capture_output=True, text=True, errors="replace", timeout=timeout)
         peak = int(report.read() or 0)
     return subprocess.CompletedProcess(cmd, proc.returncode, proc.stdout, proc.stderr), peak
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            try:
+                total += os.stat(os.path.join(root, f)).st_size
+            except FileNotFoundError:  # removed while we looked
+                pass
+    return total
+
+
+@contextmanager
+def peak_disk(folder: Path, interval: float = 0.5):
+    """Yield a callable giving the largest total size of the files under folder, sampled every
+    `interval` seconds while the block runs (and once at its end)."""
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while True:
+            peak[0] = max(peak[0], _folder_bytes(folder))
+            if done.wait(interval):
+                return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield lambda: peak[0]
+    finally:
+        done.set()
+        thread.join()
+        peak[0] = max(peak[0], _folder_bytes(folder))

@@ -1,0 +1,114 @@
+"""Running a model one part at a time: the first block's input, one block (FP or Q4_0), the whole model.
+
+A model's parts get their weights through a `Weights` store just before they run and give them
+back after, so a model bigger than memory can be held one decoder block at a time
+(streamed.StreamedModel). A model that is all in memory uses `RESIDENT`, which does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..q4_0 import q4_0_fake_quant
+from .guard import log_probs
+
+
+class Weights(Protocol):
+    def load(self, *modules: nn.Module) -> None:
+        """Give the modules their latest weights (the last saved, else the checkpoint's)."""
+
+    def save(self, *modules: nn.Module) -> None:
+        """Keep the modules' weights as they are now (folded), and let them go."""
+
+    def release(self, *modules: nn.Module) -> None:
+        """Let the modules' weights go, unchanged."""
+
+
+class Resident:
+    """Every weight stays in memory: nothing to load or save."""
+
+    def load(self, *modules):
+        pass
+
+    save = release = load
+
+
+RESIDENT = Resident()
+
+
+class _Captured(Exception):
+    pass
+
+
+def first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """(hidden states, keyword arguments) the first decoder layer receives for input_ids; only the
+    embeddings need weights."""
+    captured = {}
+
+    def hook(_module, args, kwargs):
+        captured["x"] = args[0] if args else kwargs.pop("hidden_states")
+        captured["kwargs"] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        raise _Captured
+
+    handle = model.model.layers[0].register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        model(input_ids, use_cache=False)
+    except _Captured:
+        pass
+    finally:
+        handle.remove()
+    return captured["x"], captured["kwargs"]
+
+
+def run(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    out = layer(x, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@torch.no_grad()
+def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    linears = [m for m in layer.modules() if isinstance(m, nn.Linear)]
+    saved = [l.weight.data.clone() for l in linears]
+    for l in linears:
+        l.weight.data = q4_0_fake_quant(l.weight.data)
+    try:
+        return run(layer, x, kwargs)
+    finally:
+        for l, w in zip(linears, saved):
+            l.weight.data = w
+
+
+def output_modules(model: nn.Module) -> tuple[nn.Module, ...]:
+    """What turns the last block's output into logits (a tied head is the embeddings' module)."""
+    return model.model.norm, model.get_output_embeddings()
+
+
+@torch.no_grad()
+def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[bool, ...],
+                    weights: Weights = RESIDENT) -> list[torch.Tensor]:
+    """Log-probabilities (tokens, vocab) of every position of input_ids, one tensor per entry of
+    `quantized`: the FP model (False) or the all-Q4_0 one (True: every linear, the token
+    embeddings and the output matrix Q4_0, as the GGUF will be). Sequences run one at a time;
+    each part's weights are loaded once for all the variants."""
+    embed = model.get_input_embeddings()
+    weights.load(embed)
+    inputs = [first_block_input(model, row[None]) for row in input_ids]
+    weights.release(embed)
+    # Rows of the embeddings are quantized on their own: quantizing the rows looked up is
+    # quantizing the table.
+    states = [[q4_0_fake_quant(x) if q else x for x, _ in inputs] for q in quantized]
+    for layer in model.model.layers:
+        weights.load(layer)
+        for q, xs in zip(quantized, states):
+            forward = run_fake_quantized if q else run
+            xs[:] = [forward(layer, x, kwargs) for x, (_, kwargs) in zip(xs, inputs)]
+        weights.release(layer)
+    norm, head = output_modules(model)
+    weights.load(norm, head)
+    out = [torch.cat([log_probs(x, norm, head, quantize_head=q) for x in xs]) for q, xs in zip(quantized, states)]
+    weights.release(norm, head)
+    return out

@@ -1,0 +1,193 @@
+"""A Hugging Face checkpoint held one part at a time, in FP32, with what AWQ folds saved part by part.
+
+The searches need FP32 weights, and a whole 7B model in FP32 is 28 GB. So the model's structure
+is built on the meta device (no memory), and each part (the token embeddings, one decoder block,
+the final norm with the output matrix) gets its FP32 weights from the checkpoint's files when its
+turn comes and lets them go after (awq.forward.Weights). What the search changes is saved as one
+safetensors shard per part; write_folder() completes the folded Hugging Face folder from the
+checkpoint for the parts it never changed. Peak memory is one part plus the activations,
+whatever the number of blocks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .checkpoint import CheckpointError, architecture, copy_other_files, first_line
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+
+
+def round_to_f16(t: torch.Tensor) -> torch.Tensor:
+    """t in FP32, rounded to the nearest F16 value.
+
+    llama.cpp's usual path quantizes an F16 GGUF, and ggml's Q4_0 rounds exact halves up. Weights
+    that lie on a coarser grid (a checkpoint dequantized from 5 bits, as qwen-coder is) sit on
+    those halves in FP32, so every one rounds the same way and biases its block; F16 rounding
+    moves them off, both ways. On Qwen2.5-Coder-0.5B plain Q4_0 of the FP32 weights has KLD 0.140
+    to FP16, of the F16 ones 0.132: the search has to start from the weights the baseline uses.
+    """
+    return t.float().half().float()
+
+
+class _TensorFiles:
+    """Where each named tensor lives (safetensors or PyTorch .bin files); reads a few at a time,
+    each file opened only for as long as the read, so its pages do not stay mapped."""
+
+    def __init__(self):
+        self.where: dict[str, Path] = {}
+
+    @classmethod
+    def of_folder(cls, model_dir: Path) -> "_TensorFiles":
+        """The folder's weights, every file opened once now: a missing, truncated or corrupt
+        shard fails here, before any slow work."""
+        for index_name in ("model.safetensors.index.json", "pytorch_model.bin.index.json"):
+            if (index := model_dir / index_name).is_file():
+                try:
+                    weight_map = json.loads(index.read_text())["weight_map"]
+                except (ValueError, KeyError, TypeError) as e:
+                    raise CheckpointError(f"{index} is not a weight index: {first_line(e)}") from e
+                files = sorted({model_dir / f for f in weight_map.values()})
+                break
+        else:
+            files = next((found for p in WEIGHT_PATTERNS if (found := sorted(model_dir.glob(p)))), [])
+        if not files:
+            raise CheckpointError(f"{model_dir} has no weights ({' or '.join(WEIGHT_PATTERNS)})")
+        found = cls()
+        for f in files:
+            if not f.is_file():
+                raise CheckpointError(f"{f.name}, named in {model_dir}'s weight index, is missing")
+            for name in _read(f, None):
+                found.where[name] = f
+        return found
+
+    def read(self, names: list[str]) -> dict[str, torch.Tensor]:
+        by_file: dict[Path, list[str]] = {}
+        for n in names:
+            by_file.setdefault(self.where[n], []).append(n)
+        return {n: t for f, wanted in by_file.items() for n, t in _read(f, wanted).items()}
+
+
+def _read(f: Path, names: list[str] | None) -> dict[str, torch.Tensor | None]:
+    """The named tensors of file f (copies: nothing keeps the file mapped), or with names=None
+    just which it holds."""
+    try:
+        if f.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(f, framework="pt") as h:
+                if names is None:
+                    return dict.fromkeys(h.keys())
+                return {n: h.get_tensor(n).clone() for n in names}
+        tensors = torch.load(f, map_location="cpu", mmap=True, weights_only=True)
+        return dict.fromkeys(tensors) if names is None else {n: tensors[n].clone() for n in names}
+    except Exception as e:  # safetensors and torch raise many kinds here; all mean the same to the user
+        raise CheckpointError(f"{f} is truncated or corrupt: {first_line(e)}") from e
+
+
+class StreamedModel:
+    """model_dir's model on the meta device, whose parts load their weights one at a time (FP32,
+    rounded to F16) and save them into folded_dir (awq.forward.Weights). With untie_output, the
+    output matrix is a copy of the token embeddings of its own."""
+
+    def __init__(self, model_dir: Path, folded_dir: Path, untie_output: bool = False):
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        self.model_dir, self.folded_dir = Path(model_dir), Path(folded_dir)
+        architecture(self.model_dir)
+        self.checkpoint = _TensorFiles.of_folder(self.model_dir)
+        try:
+            config = AutoConfig.from_pretrained(self.model_dir)
+        except Exception as e:  # transformers raises many kinds here; all mean the same to the user
+            raise CheckpointError(f"the config in {self.model_dir} does not load: {first_line(e)}") from e
+        if untie_output:
+            config.tie_word_embeddings = config.get_text_config().tie_word_embeddings = False
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        # Buffers made at construction (the rotary tables) are not in the checkpoint: make them for real.
+        model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
+        if meta := [n for n, b in model.named_buffers() if b.is_meta]:
+            raise CheckpointError(f"{type(model).__name__} has buffers awq2gguf cannot stream: {', '.join(meta)}")
+        self.model = model.eval()
+        self.embed, self.head = model.get_input_embeddings(), model.get_output_embeddings()
+        self.tied = self.head.weight is self.embed.weight
+        # The parts, in checkpoint order; each is saved as one shard.
+        self.parts = [self.embed, *model.model.layers, model.model.norm] + ([] if self.tied else [self.head])
+        self.prefix = {m: name for name, m in model.named_modules() if m in self.parts}
+        self.folded = _TensorFiles()
+        self.sources = {}  # parameter name -> where the checkpoint has it
+        for part in self.parts:
+            for name in self._names(part):
+                self.sources[name] = name
+        if not self.tied and self._name(self.head, "weight") not in self.checkpoint.where:
+            self.sources[self._name(self.head, "weight")] = self._name(self.embed, "weight")  # untied by us
+        missing = sorted(n for n in self.sources.values() if n not in self.checkpoint.where)
+        if missing:
+            raise CheckpointError(f"the weights in {self.model_dir} lack {len(missing)} tensors, e.g. {missing[0]}")
+
+    def _name(self, part: nn.Module, param: str) -> str:
+        return f"{self.prefix[part]}.{param}"
+
+    def _names(self, part: nn.Module) -> list[str]:
+        return [self._name(part, n) for n, _ in part.named_parameters()]
+
+    def _parts(self, modules) -> list[nn.Module]:
+        """The parts that hold these modules' weights (a tied output matrix is the embeddings)."""
+        return [self.embed if m is self.head and self.tied else m for m in modules]
+
+    def _assign(self, part: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+        for (name, _), t in zip(list(part.named_parameters()), tensors.values()):
+            owner, _, attr = name.rpartition(".")
+            setattr(part.get_submodule(owner), attr, nn.Parameter(t, requires_grad=False))
+        if self.tied:
+            self.head.weight = self.embed.weight
+
+    def load(self, *modules: nn.Module) -> None:
+        for part in self._parts(modules):
+            names = self._names(part)
+            folded = [n for n in names if n in self.folded.where]
+            fresh = [n for n in names if n not in self.folded.where]
+            tensors = self.folded.read(folded)
+            original = self.checkpoint.read([self.sources[n] for n in fresh])
+            tensors.update((n, round_to_f16(original[self.sources[n]])) for n in fresh)
+            self._assign(part, {n: tensors[n] for n in names})
+
+    def save(self, *modules: nn.Module) -> None:
+        from safetensors.torch import save_file
+
+        for part in self._parts(modules):
+            f = self.folded_dir / f"model-{self.parts.index(part) + 1:05d}.safetensors"
+            self.folded_dir.mkdir(parents=True, exist_ok=True)
+            tensors = {self._name(part, n): p.detach().contiguous() for n, p in part.named_parameters()}
+            save_file(tensors, f)
+            self.folded.where.update(dict.fromkeys(tensors, f))
+        self.release(*modules)
+
+    def release(self, *modules: nn.Module) -> None:
+        for part in self._parts(modules):
+            self._assign(part, {n: torch.empty_like(p, device="meta") for n, p in part.named_parameters()})
+
+    def reset(self) -> None:
+        """Forget everything saved: the folded folder will hold the checkpoint's weights."""
+        for f in set(self.folded.where.values()):
+            f.unlink()
+        self.folded = _TensorFiles()
+
+    def write_folder(self) -> Path:
+        """The folded Hugging Face folder: saved parts as they are, the others from the checkpoint."""
+        for part in self.parts:
+            if not all(n in self.folded.where for n in self._names(part)):
+                self.load(part)
+                self.save(part)
+        weight_map = {n: f.name for n, f in self.folded.where.items()}
+        (self.folded_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}, indent=2))
+        self.model.config.save_pretrained(self.folded_dir)
+        copy_other_files(self.model_dir, self.folded_dir)
+        return self.folded_dir
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
