@@ -172,6 +172,19 @@ def test_bad_model_folder_gets_one_line_and_no_output(tiny_hf, calib_text, tmp_p
     assert not out.exists() and leftovers(tmp_path) == []
 
 
+def test_too_little_disk_fails_before_the_slow_work(tiny_hf, calib_text, tmp_path, monkeypatch):
+    from awq2gguf import pipeline
+
+    free = shutil.disk_usage(tmp_path)._replace(free=10 * 2**20)
+    monkeypatch.setattr(pipeline.shutil, "disk_usage", lambda path: free)
+    out = tmp_path / "out.gguf"
+    result = run(tiny_hf("Qwen2ForCausalLM", "tiny-tied"), out, "--calib", calib_text, *FAST)
+    assert result.exit_code == 1
+    assert f"not enough free disk beside {out}" in " ".join(result.output.split()), result.output
+    assert "0.0 GiB are free" in " ".join(result.output.split())
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
 def test_bad_calibration_and_output_paths(tiny_hf, calib_text, tmp_path):
     model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
     out = tmp_path / "out.gguf"

@@ -11,6 +11,7 @@ whatever the number of blocks.
 
 from __future__ import annotations
 
+import ctypes
 import json
 from pathlib import Path
 
@@ -20,6 +21,15 @@ from torch import nn
 from .checkpoint import CheckpointError, architecture, copy_other_files, first_line
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+_MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
+
+
+def _give_back_freed_memory() -> None:
+    """glibc keeps freed blocks under its mmap threshold (which grows to 32 MB: most of a
+    block's tensors) in its heaps, where they fragment: without this, RSS grew by about 28 MB per
+    block of a 0.5B model (peak 4.2 GiB at 24 blocks, 5.0 GiB at 48); with it, it stays flat."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def round_to_f16(t: torch.Tensor) -> torch.Tensor:
@@ -170,6 +180,7 @@ class StreamedModel:
     def release(self, *modules: nn.Module) -> None:
         for part in self._parts(modules):
             self._assign(part, {n: torch.empty_like(p, device="meta") for n, p in part.named_parameters()})
+        _give_back_freed_memory()
 
     def reset(self) -> None:
         """Forget everything saved: the folded folder will hold the checkpoint's weights."""

@@ -25,7 +25,7 @@ from .compensate import compensate
 from .fold import fold_scales
 from .forward import RESIDENT, Weights, first_block_input, output_modules, run, run_fake_quantized
 from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
-from .guard import batch_slice, kl_divergence, log_probs
+from .guard import batch_slice, kl_divergence, log_prob_steps, log_probs
 from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_scales
 
 
@@ -169,7 +169,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     tied = output_is_tied(model)
     h_obj = h[:n_objective]
     ref = log_probs(h_obj, norm, head, quantize_head=False)
-    score = lambda: kl_divergence(ref, log_probs(h_obj, norm, head, quantize_head=True))
+    score = lambda: kl_divergence(ref, log_prob_steps(h_obj, norm, head, quantize_head=True))
     stats = InputStats.of(norm(h))
     best = score()
     kept_norm, kept_head = norm.weight.detach().clone(), head.weight.detach().clone()

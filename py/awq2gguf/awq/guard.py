@@ -13,6 +13,8 @@ checked against plain rounding on what follows it:
 
 from __future__ import annotations
 
+from typing import Iterable, Iterator
+
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -22,15 +24,6 @@ from .search import ROWS_PER_STEP
 
 # Tokens per step when scoring a vocabulary-wide output: a (tokens, vocab) FP32 block at a time.
 TOKENS_PER_STEP = 256
-
-
-def quantized(w: torch.Tensor) -> torch.Tensor:
-    """Q4_0 round trip of w, ROWS_PER_STEP rows at a time: a vocabulary-wide matrix in one go
-    would need several transient FP32 copies of itself."""
-    out = torch.empty_like(w)
-    for dst, src in zip(out.split(ROWS_PER_STEP), w.split(ROWS_PER_STEP)):
-        dst.copy_(q4_0_fake_quant(src))
-    return out
 
 
 def batch_slice(kwargs: dict, n_batch: int, n: int) -> dict:
@@ -45,20 +38,37 @@ def batch_slice(kwargs: dict, n_batch: int, n: int) -> dict:
     return {k: cut(v) for k, v in kwargs.items()}
 
 
+def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool) -> torch.Tensor:
+    """x's logits; a Q4_0 head is quantized ROWS_PER_STEP rows at a time, so that no quantized
+    copy of a vocabulary-wide matrix exists (for a tied 3B model it would be 1.2 GB)."""
+    if not quantize_head:
+        return F.linear(x, head.weight, head.bias)
+    rows = head.weight.split(ROWS_PER_STEP)
+    biases = head.bias.split(ROWS_PER_STEP) if head.bias is not None else [None] * len(rows)
+    return torch.cat([F.linear(x, q4_0_fake_quant(w), b) for w, b in zip(rows, biases)], dim=-1)
+
+
 @torch.no_grad()
-def log_probs(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> torch.Tensor:
-    """Next-token log-probabilities (tokens, vocab) from final hidden states, in FP16 to halve their
-    memory (a 0.5B model's vocabulary is 152k wide); the head optionally Q4_0."""
-    w = quantized(head.weight) if quantize_head else head.weight
+def log_prob_steps(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> Iterator[torch.Tensor]:
+    """Next-token log-probabilities from final hidden states, TOKENS_PER_STEP tokens at a time
+    (tokens, vocab), in FP16 to halve their memory (a 0.5B model's vocabulary is 152k wide); the
+    head optionally Q4_0."""
     h = norm(hidden.reshape(-1, hidden.shape[-1]))
-    return torch.cat([F.log_softmax(F.linear(part, w, head.bias).float(), -1).half()
-                      for part in h.split(TOKENS_PER_STEP)])
+    for part in h.split(TOKENS_PER_STEP):
+        yield F.log_softmax(_logits(part, head, quantize_head).float(), -1).half()
 
 
-def kl_divergence(ref: torch.Tensor, test: torch.Tensor) -> float:
-    """Mean over tokens of KL(ref || test), both log-probabilities (tokens, vocab)."""
+def log_probs(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> torch.Tensor:
+    """All of log_prob_steps at once."""
+    return torch.cat(list(log_prob_steps(hidden, norm, head, quantize_head)))
+
+
+def kl_divergence(ref: torch.Tensor, test: torch.Tensor | Iterable[torch.Tensor]) -> float:
+    """Mean over tokens of KL(ref || test), both log-probabilities (tokens, vocab); test whole, or
+    as log_prob_steps makes it, so that it never exists whole."""
+    steps = test.split(TOKENS_PER_STEP) if isinstance(test, torch.Tensor) else test
     total = 0.0
-    for r, t in zip(ref.split(TOKENS_PER_STEP), test.split(TOKENS_PER_STEP)):
+    for r, t in zip(ref.split(TOKENS_PER_STEP), steps, strict=True):
         r, t = r.float(), t.float()
         total += (r.exp() * (r - t)).sum().item()
     return total / ref.shape[0]

@@ -77,7 +77,7 @@ def awq_cost_table(report: dict) -> Table:
     title = (f"awq2gguf defaults on a random-weight {report['shape']} ({report['checkpoint_mib']:.0f} MiB checkpoint), "
              f"{report['threads']} thread(s), self-sampled {report['calib_samples']} x {report['calib_tokens']} tokens")
     headers = ["wall time", "peak RSS MiB", "peak disk MiB (work files + output)", "output MiB"]
-    minutes, seconds = divmod(report["seconds"], 60)
+    minutes, seconds = divmod(round(report["seconds"]), 60)
     disk = report.get("peak_disk_mib")  # reports before streaming did not measure it
     return Table(title, headers, [[f"{minutes:.0f} min {seconds:02.0f} s", f"{report['peak_rss_mib']:.0f}",
                                    "-" if disk is None else f"{disk:.0f}", f"{report['out_mib']:.1f}"]])
