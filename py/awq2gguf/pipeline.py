@@ -151,6 +151,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             (folded,) = model_log_probs(model, held_out, (True,), streamed)
             summary.check_kld = kl_divergence(torch.load(work / "reference.pt"), folded)
         del folded
+        (work / "reference.pt").unlink()
         if summary.check_kld >= summary.check_plain_kld:
             # The search lost on text it never saw: write what plain rounding makes of the original.
             summary.fell_back = True
