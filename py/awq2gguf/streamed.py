@@ -150,7 +150,8 @@ class StreamedModel:
         return [self.embed if m is self.head and self.tied else m for m in modules]
 
     def _assign(self, part: nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-        for (name, _), t in zip(list(part.named_parameters()), tensors.values()):
+        """Give part these weights, keyed by parameter name within the part."""
+        for name, t in tensors.items():
             owner, _, attr = name.rpartition(".")
             setattr(part.get_submodule(owner), attr, nn.Parameter(t, requires_grad=False))
         if self.tied:
@@ -164,7 +165,7 @@ class StreamedModel:
             tensors = self.folded.read(folded)
             original = self.checkpoint.read([self.sources[n] for n in fresh])
             tensors.update((n, round_to_f16(original[self.sources[n]])) for n in fresh)
-            self._assign(part, {n: tensors[n] for n in names})
+            self._assign(part, {local: tensors[self._name(part, local)] for local, _ in part.named_parameters()})
 
     def save(self, *modules: nn.Module) -> None:
         from safetensors.torch import save_file
