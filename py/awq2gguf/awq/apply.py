@@ -164,30 +164,31 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     """The output matrix: scales through the final norm, and compensated rounding (untied only:
     either would change the embeddings' rows too), and clipping, each kept only if it lowers the
     KL divergence of the next-token distribution (FP head on the same hidden states) on the
-    objective samples."""
+    objective samples. Clipping is scored without being applied, so a tied model, which has
+    nothing else to try, needs no snapshot of its vocabulary-wide matrix to go back to."""
     norm, head = output_modules(model)
     tied = output_is_tied(model)
     h_obj = h[:n_objective]
     ref = log_probs(h_obj, norm, head, quantize_head=False)
-    score = lambda: kl_divergence(ref, log_prob_steps(h_obj, norm, head, quantize_head=True))
+    score = lambda clip=None: kl_divergence(ref, log_prob_steps(h_obj, norm, head, True, clip))
     stats = InputStats.of(norm(h))
     best = score()
-    kept_norm, kept_head = norm.weight.detach().clone(), head.weight.detach().clone()
-
-    def keep_if_better() -> bool:
-        """Keep the weights as they are if they score better than the last kept, else go back."""
-        nonlocal best
-        if (e := score()) < best:
-            best = e
-            kept_norm.copy_(norm.weight)
-            kept_head.copy_(head.weight)
-            return True
-        norm.weight.data.copy_(kept_norm)
-        head.weight.data.copy_(kept_head)
-        return False
-
     results = []
     if not tied:
+        kept_norm, kept_head = norm.weight.detach().clone(), head.weight.detach().clone()
+
+        def keep_if_better() -> bool:
+            """Keep the weights as they are if they score better than the last kept, else go back."""
+            nonlocal best
+            if (e := score()) < best:
+                best = e
+                kept_norm.copy_(norm.weight)
+                kept_head.copy_(head.weight)
+                return True
+            norm.weight.data.copy_(kept_norm)
+            head.weight.data.copy_(kept_head)
+            return False
+
         choice = search_scales(stats, [head], grid)
         kept = False
         if choice.alpha > 0:
@@ -198,8 +199,12 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
                                    choice.plain_error, kept))
     clipped = False
     if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
-        apply_clip(head, search_clip(stats, head))
-        clipped = keep_if_better()
+        clips = search_clip(stats, head)
+        if clipped := (e := score(clips)) < best:
+            best = e
+            apply_clip(head, clips)
+            if not tied:
+                kept_head.copy_(head.weight)
     compensated = compensated and not tied
     if compensated:
         compensate(head.weight, stats, out=head.weight)

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..q4_0 import q4_0_fake_quant
-from .search import ROWS_PER_STEP
+from .search import ROWS_PER_STEP, clamp_blocks
 
 # Tokens per step when scoring a vocabulary-wide output: a (tokens, vocab) FP32 block at a time.
 TOKENS_PER_STEP = 256
@@ -38,24 +38,28 @@ def batch_slice(kwargs: dict, n_batch: int, n: int) -> dict:
     return {k: cut(v) for k, v in kwargs.items()}
 
 
-def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool) -> torch.Tensor:
-    """x's logits; a Q4_0 head is quantized ROWS_PER_STEP rows at a time, so that no quantized
-    copy of a vocabulary-wide matrix exists (for a tied 3B model it would be 1.2 GB)."""
+def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool, clip: torch.Tensor | None) -> torch.Tensor:
+    """x's logits; a Q4_0 head is quantized ROWS_PER_STEP rows at a time (clamped to clip first,
+    if given), so that no quantized or clamped copy of a vocabulary-wide matrix exists (for a
+    tied 3B model it would be 1.2 GB)."""
     if not quantize_head:
         return F.linear(x, head.weight, head.bias)
     rows = head.weight.split(ROWS_PER_STEP)
     biases = head.bias.split(ROWS_PER_STEP) if head.bias is not None else [None] * len(rows)
-    return torch.cat([F.linear(x, q4_0_fake_quant(w), b) for w, b in zip(rows, biases)], dim=-1)
+    clips = clip.split(ROWS_PER_STEP) if clip is not None else [None] * len(rows)
+    return torch.cat([F.linear(x, q4_0_fake_quant(w if c is None else clamp_blocks(w, c)), b)
+                      for w, b, c in zip(rows, biases, clips)], dim=-1)
 
 
 @torch.no_grad()
-def log_prob_steps(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> Iterator[torch.Tensor]:
+def log_prob_steps(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool,
+                   clip: torch.Tensor | None = None) -> Iterator[torch.Tensor]:
     """Next-token log-probabilities from final hidden states, TOKENS_PER_STEP tokens at a time
     (tokens, vocab), in FP16 to halve their memory (a 0.5B model's vocabulary is 152k wide); the
-    head optionally Q4_0."""
+    head optionally Q4_0, optionally with each Q4_0 block clamped to +-clip (rows, blocks)."""
     h = norm(hidden.reshape(-1, hidden.shape[-1]))
     for part in h.split(TOKENS_PER_STEP):
-        yield F.log_softmax(_logits(part, head, quantize_head).float(), -1).half()
+        yield F.log_softmax(_logits(part, head, quantize_head, clip).float(), -1).half()
 
 
 def log_probs(hidden: torch.Tensor, norm: nn.Module, head: nn.Linear, quantize_head: bool) -> torch.Tensor:

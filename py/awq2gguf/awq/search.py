@@ -150,10 +150,15 @@ def search_clip(stats: InputStats, linear: nn.Linear, grid=CLIP_GRID, rows_per_s
     return out
 
 
+def clamp_blocks(w: torch.Tensor, clip: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """w (rows, cols) with each Q4_0 block clamped to +-its clip value (rows, blocks)."""
+    c = clip.unsqueeze(-1).to(w.dtype)
+    blocks = w.view(w.shape[0], -1, BLOCK)
+    return torch.clamp(blocks, -c, c, out=None if out is None else out.view_as(blocks)).view_as(w)
+
+
 @torch.no_grad()
 def apply_clip(linear: nn.Linear, clip: torch.Tensor) -> None:
     """Clamp each Q4_0 block of linear's weight to +-its clip value, in place (no temporary copy:
     for a vocabulary-sized output matrix that was awq2gguf's peak memory)."""
-    w = linear.weight
-    c = clip.unsqueeze(-1).to(w.dtype)
-    w.view(w.shape[0], -1, BLOCK).clamp_(-c, c)
+    clamp_blocks(linear.weight, clip, out=linear.weight)
