@@ -89,6 +89,7 @@ def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
     assert report["kind"] == "awq-cost" and report["seconds"] > 0 and report["out_mib"] > 0
     # awq2gguf loads torch and the model, so its peak is well above a bare interpreter's
     assert report["peak_rss_mib"] > 100
-    # the folded FP32 weights and their F32 GGUF lie beside OUT for a while
-    assert report["peak_disk_mib"] > report["out_mib"] + report["checkpoint_mib"]
+    # work files (the Q8_0 GGUF that samples calibration text, the folded model as Q4_0, the
+    # held-out reference log-probabilities) lie beside OUT for a while
+    assert report["peak_disk_mib"] > report["out_mib"]
     assert (tmp_path / "models" / "synthetic-tiny-tied-hf" / "config.json").is_file()

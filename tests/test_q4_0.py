@@ -6,7 +6,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from awq2gguf.q4_0 import q4_0_fake_quant
+from awq2gguf.q4_0 import q4_0_dequantize, q4_0_fake_quant, q4_0_quantize
 
 
 def reference(w: np.ndarray) -> np.ndarray:
@@ -37,3 +37,14 @@ def test_keeps_dtype_and_shape_and_rejects_ragged_rows():
     assert out.dtype == torch.float16 and out.shape == w.shape
     with pytest.raises(ValueError, match="multiple of 32"):
         q4_0_fake_quant(torch.randn(4, 48))
+
+
+@pytest.mark.parametrize("seed,rows,cols", [(0, 64, 896), (1, 37, 4864)])
+def test_quantize_stores_what_ggml_stores(seed, rows, cols):
+    w = weights_with_tails(seed, rows, cols)
+    q, d = q4_0_quantize(torch.from_numpy(w))
+    blocks = quantize(w, GGMLQuantizationType.Q4_0).reshape(-1, 18)
+    q = q.reshape(-1, 32).numpy()
+    assert np.array_equal(blocks[:, :2].copy().view(np.float16).ravel(), d.numpy().ravel())
+    assert np.array_equal(blocks[:, 2:], q[:, :16] | (q[:, 16:] << 4))
+    assert np.array_equal(q4_0_dequantize(torch.from_numpy(q).reshape(w.shape), d).numpy(), reference(w))

@@ -12,6 +12,7 @@ from transformers import AutoModelForCausalLM
 from awq2gguf.awq.apply import apply_awq
 from awq2gguf.awq.forward import model_log_probs
 from awq2gguf.checkpoint import CheckpointError
+from awq2gguf.q4_0 import q4_0_fake_quant
 from awq2gguf.streamed import StreamedModel, round_to_f16
 from test_awq_apply import with_salient_channels
 from test_awq_fold import tiny
@@ -80,6 +81,24 @@ def test_streamed_fold_equals_the_fold_in_memory(checkpoint, tmp_path, arch, tie
     config = json.loads((folder / "config.json").read_text())
     assert config["tie_word_embeddings"] is (tied and not untie)
     assert (folder / "tokenizer.json").is_file()
+
+
+def test_saved_as_q4_0_the_parts_load_back_as_their_q4_0(checkpoint, tmp_path):
+    model_dir = checkpoint("llama", False)
+    ids = torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(0))
+    whole = resident(model_dir)
+    expected = apply_awq(whole, ids)
+    streamed = StreamedModel(model_dir, tmp_path / "folded", as_q4_0=True)
+    assert apply_awq(streamed.model, ids, weights=streamed) == expected
+    layer = streamed.model.model.layers[1]
+    streamed.load(layer)
+    for (name, p), w in zip(layer.named_parameters(), whole.model.layers[1].parameters()):
+        assert torch.equal(p, q4_0_fake_quant(w) if w.dim() == 2 else w), name
+    streamed.release(layer)
+    held_out = torch.randint(0, 512, (2, 32))
+    (got,) = model_log_probs(streamed.model, held_out, (True,), streamed)
+    (want,) = model_log_probs(whole, held_out, (True,))
+    assert torch.equal(got, want)
 
 
 def test_reset_writes_the_checkpoint_weights(checkpoint, tmp_path):

@@ -51,10 +51,11 @@ compensated rounding.
 
 Calibrates on text, searches per-channel AWQ scales and per-block clipping against llama.cpp's
 exact Q4_0 quantizer, rounds column by column with GPTQ-style error compensation on the same grid,
-and folds the result into FP weights that llama-quantize reproduces exactly (a standard model:
-stock llama.cpp loads the result too). Each choice is kept only where it beats plain rounding, and
-the finished model is checked against plain Q4_0 on held-out calibration text. Converts with the
-vendored convert_hf_to_gguf.py and quantizes with llama-quantize. OUT appears only when complete.
+and folds the result into weights whose plain Q4_0 rounding is exactly what was searched (a standard
+model: stock llama.cpp loads the result too). Each choice is kept only where it beats plain rounding,
+and the finished model is checked against plain Q4_0 on held-out calibration text. The model is held
+one decoder block at a time; the vendored convert_hf_to_gguf.py writes OUT (other --qtype values and
+--build stock go through an F32 GGUF and llama-quantize). OUT appears only when complete.
 
 Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 """
@@ -68,7 +69,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "embeddings included, in Q4_0 (the patched llama-quantize).")
 @click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),
               help="Calibration text: plain text, or .jsonl with a \"text\" field per line. "
-                   "Default: the model samples its own text with llama.cpp from an FP16 GGUF.")
+                   "Default: the model samples its own text with llama.cpp from a Q8_0 GGUF.")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
               help="Number of calibration sequences.")
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
@@ -96,7 +97,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
               help="autoawq: AutoAWQ 0.2.9's search instead of ours, same calibration and export "
                    "(install it with `make autoawq`).")
 @click.option("--build", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
-              help="Whose llama-quantize (and llama.cpp for sampling calibration text) to use.")
+              help="Whose llama.cpp samples calibration text, and whose llama-quantize makes OUT (stock: its own "
+                   "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
 @click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
 def main(model_dir: Path, out: Path, qtype, calib, calib_samples, calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid,

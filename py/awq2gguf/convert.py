@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from .paths import VENDOR_SRC
+from .quantize import override_kv_args
 
 CONVERTER = VENDOR_SRC / "convert_hf_to_gguf.py"
 
@@ -20,8 +21,9 @@ class ConvertError(RuntimeError):
     pass
 
 
-def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16") -> Path:
-    """Convert model_dir to an `outtype` GGUF at out; out appears only when complete."""
+def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16", metadata: dict[str, str] | None = None) -> Path:
+    """Convert model_dir to an `outtype` GGUF at out, with metadata items added last ({key:
+    "TYPE:VALUE"}, as llama-quantize's --override-kv); out appears only when complete."""
     if not CONVERTER.is_file():
         raise ConvertError(f"{CONVERTER} not found: run `make vendor` first")
     out = Path(out)
@@ -29,8 +31,9 @@ def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16") -> Path
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(VENDOR_SRC / "gguf-py"),
                                                                      os.environ.get("PYTHONPATH")])))
     try:
-        proc = subprocess.run([sys.executable, str(CONVERTER), str(model_dir), "--outfile", str(tmp),
-                               "--outtype", outtype], env=env, capture_output=True, text=True, errors="replace")
+        cmd = [sys.executable, str(CONVERTER), str(model_dir), "--outfile", str(tmp), "--outtype", outtype,
+               *override_kv_args(metadata)]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-12:])
             raise ConvertError(f"convert_hf_to_gguf.py failed on {model_dir}:\n{tail}")

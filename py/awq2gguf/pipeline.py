@@ -24,8 +24,12 @@ from .streamed import StreamedModel
 
 # Bytes per weight of OUT, for the disk check (Q4_K_M: its mixture's average).
 QTYPES = {"Q4_0": 18 / 32, "Q8_0": 34 / 32, "Q4_K_M": 4.9 / 8, "F16": 2.0}
-# The folded FP32 folder and the F32 GGUF made from it exist together.
-TEMPORARY_BYTES_PER_WEIGHT = 8
+# Bytes per weight of the work files at their peak: the folded model as its Q4_0 when the
+# converter writes OUT (Options.converter_writes_out), else the folded model in FP32 and the F32
+# GGUF made of it for llama-quantize. Before either, self-sampled calibration makes a Q8_0 GGUF.
+SAMPLING_BYTES_PER_WEIGHT = 34 / 32
+FOLDED_AS_Q4_0_BYTES_PER_WEIGHT = 18 / 32
+FOLDED_AS_FP32_BYTES_PER_WEIGHT = 8
 
 
 class NotEnoughDisk(RuntimeError):
@@ -49,6 +53,12 @@ class Options:
     build: str = "patched"
     threads: int = 2
     seed: int = 0
+
+    @property
+    def converter_writes_out(self) -> bool:
+        """All-Q4_0, as the patched llama-quantize makes it: the converter writes that file itself
+        (patch 0012), from the folded model kept as Q4_0, with no F32 GGUF in between."""
+        return self.qtype == "Q4_0" and self.build == "patched"
 
 
 @dataclass
@@ -108,16 +118,17 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
                                          opts.calib_held_out)
     n = opts.calib_samples + opts.calib_held_out
     prompts = calibration.prompt_ids(tokenizer, n) if opts.prompts else None
-    with progress.stage("FP16 GGUF for sampling calibration text"):
-        f16 = convert_hf_to_gguf(model_dir, work / "source-f16.gguf", "f16")
+    # Q8_0, not F16: half the disk, and sampled text of the same kind.
+    with progress.stage("Q8_0 GGUF for sampling calibration text"):
+        source = convert_hf_to_gguf(model_dir, work / "source-q8_0.gguf", "q8_0")
     try:
         with progress.stage(f"sampling {opts.calib_samples} + {opts.calib_held_out} x {opts.calib_tokens} "
                             "calibration tokens", opts.calib_tokens) as done:
-            return calibration.generated(get_build(opts.build), f16, opts.calib_samples, opts.calib_tokens,
+            return calibration.generated(get_build(opts.build), source, opts.calib_samples, opts.calib_tokens,
                                          opts.seed, opts.threads, on_step=lambda d, _total: done(d),
                                          n_held_out=opts.calib_held_out, prompts=prompts)
     finally:
-        f16.unlink(missing_ok=True)
+        source.unlink(missing_ok=True)
 
 
 def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
@@ -156,13 +167,18 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             # The search lost on text it never saw: write what plain rounding makes of the original.
             summary.fell_back = True
             streamed.reset()
-    with progress.stage("writing the folded FP model"):
+    with progress.stage("writing the folded model"):
         return streamed.write_folder()
 
 
 def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
-    """Fail before the slow work if OUT's file system cannot hold the temporary files and OUT."""
-    needed = streamed.n_params() * (TEMPORARY_BYTES_PER_WEIGHT + QTYPES[opts.qtype])
+    """Fail before the slow work if OUT's file system cannot hold the work files and OUT."""
+    out_bytes = QTYPES[opts.qtype]
+    folded = FOLDED_AS_Q4_0_BYTES_PER_WEIGHT if opts.converter_writes_out else FOLDED_AS_FP32_BYTES_PER_WEIGHT
+    sampling = SAMPLING_BYTES_PER_WEIGHT if opts.calib is None else 0
+    # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
+    reference = opts.calib_held_out * opts.calib_tokens * streamed.embed.num_embeddings * 2
+    needed = streamed.n_params() * max(sampling, folded + out_bytes) + reference
     free = shutil.disk_usage(out.parent).free
     if free < needed:
         raise NotEnoughDisk(f"not enough free disk beside {out}: this model needs about {needed / 2**30:.1f} GiB "
@@ -179,7 +195,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
     try:
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
-        streamed = StreamedModel(model_dir, work / "folded", opts.untie_output)
+        streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
         _check_disk(streamed, out, opts)
         started = time.perf_counter()
         tokenizer = checkpoint.load_tokenizer(model_dir)
@@ -198,13 +214,17 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         summary.seconds["AWQ"] = time.perf_counter() - started
 
         started = time.perf_counter()
-        with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
-            # F32, so llama-quantize sees exactly the weights the search quantized.
-            f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
-        shutil.rmtree(folded)
-        with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
-            metadata = [a for k, v in provenance(opts, calib, summary).items() for a in ("--override-kv", f"{k}={v}")]
-            quantize(build, f32, out, opts.qtype, opts.threads, tuple(metadata))
+        metadata = provenance(opts, calib, summary)
+        if opts.converter_writes_out:
+            with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
+                convert_hf_to_gguf(folded, out, "q4_0", metadata)
+        else:
+            with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
+                # F32, so llama-quantize sees exactly the weights the search quantized.
+                f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
+            shutil.rmtree(folded)
+            with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
+                quantize(build, f32, out, opts.qtype, opts.threads, metadata=metadata)
         summary.seconds["GGUF"] = time.perf_counter() - started
         return summary
     finally:

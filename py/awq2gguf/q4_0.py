@@ -1,4 +1,4 @@
-"""ggml's Q4_0 quantizer as a torch fake-quantizer: quantize, then dequantize, bit for bit.
+"""ggml's Q4_0 quantizer in torch, bit for bit: as a fake-quantizer, and as the integers it stores.
 
 AWQ searches scales by the error of the quantizer the weights will really meet, so this mirrors
 quantize_row_q4_0_ref exactly: blocks of 32 along the input dimension, d = (the value of largest
@@ -13,8 +13,8 @@ import torch
 BLOCK = 32
 
 
-def q4_0_fake_quant(w: torch.Tensor) -> torch.Tensor:
-    """Q4_0 round trip of w (..., K), K a multiple of 32, computed in FP32; returns w's dtype."""
+def _blocks(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """w's blocks of 32 as (q (blocks, 32) in 0..15 as FP32, d (blocks, 1) in FP16)."""
     if w.shape[-1] % BLOCK:
         raise ValueError(f"Q4_0 needs rows that are a multiple of {BLOCK} long, got {w.shape[-1]}")
     blocks = w.reshape(-1, BLOCK).float()
@@ -22,5 +22,22 @@ def q4_0_fake_quant(w: torch.Tensor) -> torch.Tensor:
     peak = blocks.gather(1, blocks.abs().argmax(dim=1, keepdim=True))
     d = peak / -8
     inv_d = torch.where(d == 0, torch.zeros_like(d), 1 / d)
-    q = torch.trunc(blocks * inv_d + 8.5).clamp(0, 15)
-    return ((q - 8) * d.half().float()).reshape(w.shape).to(w.dtype)
+    return torch.trunc(blocks * inv_d + 8.5).clamp(0, 15), d.half()
+
+
+def q4_0_quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What Q4_0 stores of w (..., K), K a multiple of 32: q (..., K) in 0..15 as uint8, and the
+    blocks' d (..., K/32) in FP16."""
+    q, d = _blocks(w)
+    return q.to(torch.uint8).reshape(w.shape), d.reshape(*w.shape[:-1], -1)
+
+
+def q4_0_dequantize(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """FP32 values of Q4_0's (q, d), as ggml dequantizes them."""
+    return ((q.reshape(-1, BLOCK).float() - 8) * d.reshape(-1, 1).float()).reshape(q.shape)
+
+
+def q4_0_fake_quant(w: torch.Tensor) -> torch.Tensor:
+    """Q4_0 round trip of w (..., K), K a multiple of 32, computed in FP32; returns w's dtype."""
+    q, d = _blocks(w)
+    return ((q - 8) * d.float()).reshape(w.shape).to(w.dtype)

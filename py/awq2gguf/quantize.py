@@ -13,12 +13,19 @@ class QuantizeError(RuntimeError):
     pass
 
 
+def override_kv_args(metadata: dict[str, str] | None) -> list[str]:
+    """--override-kv arguments adding metadata {key: "TYPE:VALUE"} (TYPE int, float, bool or str),
+    for llama-quantize and for the converter (patch 0012)."""
+    return [a for k, v in (metadata or {}).items() for a in ("--override-kv", f"{k}={v}")]
+
+
 def quantize(build: Build, src: Path, dst: Path, qtype: str = "Q4_0", threads: int | None = None,
-             extra_args: tuple[str, ...] = ()) -> Path:
-    """`llama-quantize [extra_args] src dst qtype [threads]`; dst appears only when complete."""
+             extra_args: tuple[str, ...] = (), metadata: dict[str, str] | None = None) -> Path:
+    """`llama-quantize [extra_args] src dst qtype [threads]`, with metadata items added last;
+    dst appears only when complete."""
     dst = Path(dst)
     tmp = dst.with_name(dst.name + ".tmp")
-    cmd = [str(build.tool("llama-quantize")), *extra_args, str(src), str(tmp), qtype]
+    cmd = [str(build.tool("llama-quantize")), *extra_args, *override_kv_args(metadata), str(src), str(tmp), qtype]
     if threads:
         cmd.append(str(threads))
     try:
