@@ -22,7 +22,7 @@ QUANTIZATION_CONFIG = {"quant_method": "gptq", "bits": 4, "group_size": BLOCK, "
                        "desc_act": False, "checkpoint_format": "gptq"}
 PER_INT32 = 8  # 4-bit values packed in an int32
 ROWS_PER_STEP = 8192  # of a vocabulary-wide matrix: the int32 temporaries stay small
-PARTS = ("qweight", "qzeros", "scales", "g_idx")
+SUFFIXES = ("qweight", "qzeros", "scales", "g_idx")  # the tensors one matrix is saved as
 ZERO_POINTS = 0x77777777  # eight zero points of 8, each stored as 7 in the "gptq" format
 _SHIFTS = torch.arange(0, 32, 4, dtype=torch.int32)
 
@@ -49,7 +49,7 @@ def _row_steps(n: int) -> list[slice]:
 
 def stored_names(name: str) -> list[str]:
     base = name.removesuffix(".weight")
-    return [f"{base}.{part}" for part in PARTS]
+    return [f"{base}.{part}" for part in SUFFIXES]
 
 
 def pack(name: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
