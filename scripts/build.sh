@@ -14,6 +14,13 @@ source scripts/cmake-common.sh
 targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
          test-backend-ops test-quantize-fns test-export-graph-ops)
 
-configure_once "$out" "$name" -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON
+# AMX stays out of both builds: at the pin, ggml's AMX kernels take the Q4_0 weights on an Intel
+# CPU that has it, and GCC 12 drops the stores that fill their tile configuration, so the first
+# prefill dies of SIGILL (tileloadd on unconfigured tiles; decode, which does not use tiles, runs).
+# Explicit -mno-* flags win over -march=native in either order.
+native=()
+[ "$(uname -m)" = x86_64 ] && native=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+                                      "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
+configure_once "$out" "$name" -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON "${native[@]}"
 cmake --build "$out" --config Release -j "$jobs" --target "${targets[@]}"
 echo "build: $out/bin ready ($name)"

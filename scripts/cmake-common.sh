@@ -14,20 +14,43 @@ fi
 command -v ninja >/dev/null && cmake_common+=(-G Ninja)
 
 # Configure build dir $1 (llama.cpp's commit label $2) with the flags every build shares plus the
-# caller's; once only: later runs reuse its CMakeCache.txt.
+# caller's. A build dir is reconfigured from scratch when what its configure depended on changes
+# (the arguments, the compilers, the CPU a native build targets), so a changed flag or a build dir
+# carried to a machine with other CPU features never keeps stale settings; else its cache is reused.
 configure_once() {
     local out=$1 commit=$2
     shift 2
+    local args=("${cmake_common[@]}" -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TOOLS=ON
+                -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_NUMBER=0
+                -DLLAMA_BUILD_COMMIT="$commit" "$@")
+    local stamp="$out/awq2gguf-configure.txt" want
+    want=$(configure_inputs "${args[@]}")
+    if [ -f "$out/CMakeCache.txt" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+        return
+    fi
+    if [ -f "$out/CMakeCache.txt" ]; then
+        echo "$tag: $out was configured with other flags, compilers or CPU features: reconfiguring" >&2
+        rm -rf "$out/CMakeCache.txt" "$out/CMakeFiles"
+    fi
     mkdir -p "$out"
-    [ -f "$out/CMakeCache.txt" ] && return
-    cmake -S "$src" -B "$out" "${cmake_common[@]}" \
-        -DCMAKE_BUILD_TYPE=Release \
-        -DLLAMA_OPENSSL=OFF \
-        -DLLAMA_BUILD_TOOLS=ON \
-        -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF \
-        -DLLAMA_BUILD_APP=OFF \
-        -DLLAMA_BUILD_NUMBER=0 \
-        -DLLAMA_BUILD_COMMIT="$commit" \
-        "$@" >"$out.configure.log" 2>&1 || { cat "$out.configure.log" >&2; exit 1; }
+    cmake -S "$src" -B "$out" "${args[@]}" >"$out.configure.log" 2>&1 || { cat "$out.configure.log" >&2; exit 1; }
+    printf '%s\n' "$want" >"$stamp"
+}
+
+# What a configure depends on: its arguments, the compilers they name (or cc/c++) with their
+# versions, and for a native build the host's CPU flags (they decide what -march=native turns on).
+configure_inputs() {
+    local cc=cc cxx=c++ a
+    for a in "$@"; do
+        case $a in
+            -DCMAKE_C_COMPILER=*) cc=${a#*=} ;;
+            -DCMAKE_CXX_COMPILER=*) cxx=${a#*=} ;;
+        esac
+    done
+    printf 'arg %s\n' "$@"
+    echo "cc $("$cc" --version | head -n 1)"
+    echo "cxx $("$cxx" --version | head -n 1)"
+    case " $* " in
+        *" -DGGML_NATIVE=ON "*) echo "cpu $(grep -m 1 '^flags' /proc/cpuinfo | cut -d: -f2 | xargs -n 1 | LC_ALL=C sort | xargs)" ;;
+    esac
 }
