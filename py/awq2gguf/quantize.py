@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 from .builds import Build
+from .proc_io import Awq2ggufError, atomic_path, run_tool
 
 
-class QuantizeError(RuntimeError):
+class QuantizeError(Awq2ggufError):
     pass
 
 
@@ -23,17 +22,9 @@ def quantize(build: Build, src: Path, dst: Path, qtype: str = "Q4_0", threads: i
              extra_args: tuple[str, ...] = (), metadata: dict[str, str] | None = None) -> Path:
     """`llama-quantize [extra_args] src dst qtype [threads]`, with metadata items added last;
     dst appears only when complete."""
-    dst = Path(dst)
-    tmp = dst.with_name(dst.name + ".tmp")
-    cmd = [str(build.tool("llama-quantize")), *extra_args, *override_kv_args(metadata), str(src), str(tmp), qtype]
-    if threads:
-        cmd.append(str(threads))
-    try:
-        proc = subprocess.run(cmd, env=build.env(), capture_output=True, text=True)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-            raise QuantizeError(f"{build.name} llama-quantize failed ({proc.returncode}) on {src}:\n{tail}")
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return dst
+    with atomic_path(dst) as tmp:
+        cmd = [str(build.tool("llama-quantize")), *extra_args, *override_kv_args(metadata), str(src), str(tmp), qtype]
+        if threads:
+            cmd.append(str(threads))
+        run_tool(cmd, f"{build.name} llama-quantize on {src}", build.env(), QuantizeError)
+    return Path(dst)

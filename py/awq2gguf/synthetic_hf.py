@@ -7,12 +7,11 @@ transformers from the vocabulary GGUF that llama.cpp ships, so the converter rec
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from .proc_io import atomic_path
 from .synthetic import QWEN2_VOCAB, ModelShape
 
 CONFIGS = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
@@ -39,14 +38,7 @@ def write_synthetic_hf(shape: ModelShape, out: Path, arch: str = "Qwen2ForCausal
         rms_norm_eps=shape.rms_eps, tie_word_embeddings=shape.tied_embeddings, architectures=[arch])
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=out.name + ".", dir=out.parent))
-    try:
+    with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         qwen2_tokenizer().save_pretrained(tmp)
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return Path(out)

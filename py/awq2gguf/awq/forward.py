@@ -11,7 +11,6 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from ..q4_0 import q4_0_fake_quant
 from .guard import log_probs

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from ..proc_io import Awq2ggufError
+
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
 
-class UnsupportedArchitecture(ValueError):
+class UnsupportedArchitecture(Awq2ggufError):
     pass
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
+from ..proc_io import tail
 from .llama_bench import BenchError
 from .mc_score import choose
 from .tasks import TASKS, Item, Task
@@ -47,7 +48,7 @@ def run_mc_task(build: Build, model: Path, task: Task, items: list[Item], thread
                 proc.kill()
             _, err = proc.communicate()
     if proc.returncode != 0 or len(scored) != len(items):
-        raise BenchError(f"scoring {task.name} with {model.name} on {build.name} failed:\n{err.strip()[-1500:]}")
+        raise BenchError(f"scoring {task.name} with {model.name} on {build.name} failed:\n{tail(err)}")
     return mc_accuracy(task, scored, [item.gold for item in items])
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import BUILD_DIR, ROOT
+from ..proc_io import Awq2ggufError, run_tool, tail
 
 PLUGIN_SRC = Path(__file__).with_name("qemu_insn_count.c")
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
@@ -41,7 +42,7 @@ SHAPES = [Shape(f"{name} decode", k, n, 1) for name, k, n in QWEN05_LAYER] + \
 TARGETS = [("128", "sve"), ("256", "sve"), ("512", "sve"), ("a64fx", "a64fx")]
 
 
-class ArmBenchError(RuntimeError):
+class ArmBenchError(Awq2ggufError):
     pass
 
 
@@ -50,10 +51,8 @@ def plugin() -> Path:
     lib = BUILD_DIR / "tools" / "libqemu_insn_count.so"
     if not lib.is_file() or lib.stat().st_mtime < PLUGIN_SRC.stat().st_mtime:
         lib.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", str(PLUGIN_SRC), "-o", str(lib)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise ArmBenchError(f"compiling {PLUGIN_SRC} failed:\n{proc.stderr[-1500:]}")
+        run_tool([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", str(PLUGIN_SRC), "-o", str(lib)],
+                 f"compiling {PLUGIN_SRC}", error=ArmBenchError)
     return lib
 
 
@@ -76,7 +75,7 @@ def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
         proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
                               env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0 or not out.is_file():
-            raise ArmBenchError(f"{exe} {shape} at {target} failed:\n{proc.stderr[-1500:]}")
+            raise ArmBenchError(f"{exe} {shape} at {target} failed ({proc.returncode}):\n{tail(proc.stderr)}")
         return int(out.read_text().split()[-1])
 
 

@@ -21,8 +21,9 @@ from ..builds import Build
 from ..calibration import from_text
 from ..checkpoint import load_tokenizer
 from ..pipeline import Options
+from ..proc_io import tail
 from ..quantize import quantize
-from .llama_bench import BenchError, run_tool
+from .llama_bench import BenchError
 from .peak_rss import run_with_peak_rss
 
 
@@ -49,7 +50,7 @@ def imatrix_q4_0(build: Build, f16: Path, calib: Path, n_samples: int, n_tokens:
                  threads: int) -> Made:
     start = time.monotonic()
     matrix = out.with_suffix(".imatrix.gguf")
-    run_tool(build, "llama-imatrix", ["-m", str(f16), "-f", str(calib), "-c", str(n_tokens),
+    build.run("llama-imatrix", ["-m", str(f16), "-f", str(calib), "-c", str(n_tokens),
                                       "--chunks", str(n_samples), "-o", str(matrix), "-t", str(threads)])
     quantize(build, f16, out, "Q4_0", extra_args=("--imatrix", str(matrix)))
     matrix.unlink()
@@ -62,7 +63,7 @@ def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Bui
     start = time.monotonic()
     proc, peak = run_with_peak_rss([str(cli), str(model_dir), str(out), "--build", build.name, *args])
     if proc.returncode != 0:
-        raise BenchError(f"awq2gguf ({label}) failed:\n{proc.stderr.strip()[-1500:]}")
+        raise BenchError(f"awq2gguf ({label}) failed ({proc.returncode}):\n{tail(proc.stderr)}")
     return Made(label, out, time.monotonic() - start, peak)
 
 

@@ -12,19 +12,16 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..builds import BUILD_NAMES, BuildMissing, get_build
-from ..calibration import CalibrationError
-from ..checkpoint import CheckpointError
+from ..builds import BUILD_NAMES, get_build
 from ..dev_models import DEV_MODEL_NAMES, DEV_MODELS, f16_gguf, hf_folder
 from ..paths import DEFAULT_EVAL_TEXT, MODELS_DIR
-from ..pypi_assets import AssetError
-from ..quantize import QuantizeError
+from ..proc_io import Awq2ggufError
 from ..synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
 from . import arm as arm_mod
 from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, tables
 from .accuracy import evaluate_model
-from .llama_bench import ENGINES, BenchError, run_llama_bench
+from .llama_bench import ENGINES, run_llama_bench
 from .machine import busy_warning, cpu_info, physical_cores, threads_warning
 from .models import dev_model_suite, quantized_by, synthetic_f16
 from .peak_rss import peak_disk
@@ -32,7 +29,6 @@ from .speed import paired_ratios, run_interleaved
 from .tasks import TASKS, load_items
 
 err = Console(stderr=True)
-ERRORS = (BuildMissing, BenchError, QuantizeError, AssetError, CalibrationError, CheckpointError)
 
 
 def _log(msg: str) -> None:
@@ -156,7 +152,7 @@ def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_jso
         with _progress(f"{kind} runs", reps * len(builds)) as advance:
             runs, interrupted = run_interleaved(ENGINES[engine], builds, models, threads, n_prompt, n_gen, reps,
                                                 on_run=advance)
-    except ERRORS as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:
         err.print("interrupted before one repetition of every build finished: nothing to report")
@@ -212,7 +208,7 @@ def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle
         with _progress("roofline runs", 2 * reps * len(builds)) as advance:
             tg, _ = run_interleaved(run_llama_bench, builds, models, threads, 0, 128, reps, on_run=advance)
             pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
-    except ERRORS as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
     rows = []
     for b, t, p in zip(builds, tg, pp):
@@ -251,7 +247,7 @@ def ops(op_names, shape, qtype, build_names, reps, as_json):
             cases = ops_mod.export_cases(builds[0], model, [o.upper() for o in op_names], Path(tmp))
             with _progress("op timings", reps * len(builds)) as advance:
                 timings = ops_mod.run_interleaved(builds, cases, reps, on_run=advance)
-    except ERRORS as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
     report = {"kind": "ops", "shape": shape, "qtype": qtype, "reps": reps, "busy_warning": busy,
               "builds": [b.name for b in builds], "cases": ops_mod.summarise(timings, builds[0].name)}
@@ -293,7 +289,7 @@ def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_name
             base = base or suite[0]
             model_paths = suite
         items = {name: load_items(TASKS[name], limit) for name in task_names}
-    except ERRORS as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
 
     report = {"kind": "eval", "dev_model": None if model_paths else dev_model, "build": build_name, "text": str(text), "ctx": ctx, "chunks": chunks,
@@ -312,7 +308,7 @@ def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_name
             with _progress("evaluating", total) as advance:
                 for m in model_paths:
                     report["rows"].append(evaluate_model(build, m, text_metrics, items, threads, advance))
-        except ERRORS as e:
+        except Awq2ggufError as e:
             if report["rows"]:
                 report["error"] = str(e)
                 _log(f"saved the finished rows to {results.save('eval', report)}")
@@ -369,7 +365,7 @@ def awq(dev_model, build_name, text, ctx, chunks, calib_samples, calib_tokens, s
             base_logits = Path(tmp) / "base.kld"
             fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
             rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
-        except ERRORS as e:
+        except Awq2ggufError as e:
             raise click.ClickException(str(e)) from e
     report = {"kind": "awq", "model": DEV_MODELS[dev_model].title, "dev_model": dev_model, "build": build_name,
               "text": str(text),
@@ -402,7 +398,7 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
         try:
             made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
                                         get_build("patched"))
-        except ERRORS as e:
+        except Awq2ggufError as e:
             raise click.ClickException(str(e)) from e
         out_mib = made.path.stat().st_size / 2**20
     report = {"kind": "awq-cost", "shape": shape, "threads": threads, "calib_samples": calib_samples,
@@ -432,7 +428,7 @@ def arm(targets, shape_names, as_json):
                     rows.append({"target": target, "shape": shape.name, "k": shape.k, "n": shape.n, "m": shape.m,
                                  **counts, "ratio": counts["patched"] / counts["stock"]})
                     advance()
-    except arm_mod.ArmBenchError as e:
+    except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
     report = {"kind": "arm", "note": arm_mod.PROXY_NOTE, "rows": rows}
     _finish("arm", report, tables.arm_table(report), as_json)

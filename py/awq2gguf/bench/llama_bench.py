@@ -4,12 +4,12 @@ the built llama-bench binary, or llama-cpp-python loading the build's libllama.s
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
+from ..proc_io import Awq2ggufError, tail
 from .peak_rss import run_with_peak_rss
 
 
@@ -19,18 +19,8 @@ class Run:
     peak_rss_bytes: int
 
 
-class BenchError(RuntimeError):
+class BenchError(Awq2ggufError):
     pass
-
-
-def run_tool(build: Build, tool: str, args: list[str]) -> subprocess.CompletedProcess:
-    """Run one of the build's tools with its libraries; a failure names build and tool."""
-    proc = subprocess.run([str(build.tool(tool)), *args], env=build.env(), capture_output=True, text=True,
-                          errors="replace")
-    if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise BenchError(f"{build.name} {tool} failed ({proc.returncode}):\n{tail}")
-    return proc
 
 
 def parse_llama_bench_json(text: str) -> float:
@@ -48,8 +38,7 @@ def _measured(build: Build, cmd: list[str], what: str, model: Path) -> tuple[str
     """(stdout, peak RSS) of cmd run with the build's libraries; a failure names build and model."""
     proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
     if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-10:])
-        raise BenchError(f"{build.name} {what} failed ({proc.returncode}) on {model}:\n{tail}")
+        raise BenchError(f"{build.name} {what} on {model} failed ({proc.returncode}):\n{tail(proc.stderr)}")
     return proc.stdout, peak_rss
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from .llama_bench import BenchError, run_tool
+from .llama_bench import BenchError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CASE = re.compile(r"^\s*(\w+\(.*\)):\s+(\d+) runs -\s+([\d.]+) us/run", re.M)
@@ -27,7 +27,7 @@ def parse_perf(out: str) -> dict[str, float]:
 def export_cases(build: Build, model: Path, ops: list[str], tmp: Path) -> tuple[Path, list[str]]:
     """(test file with the model's distinct ops at 512-token prefill and 1-token decode, op filter)."""
     test_file = tmp / "ops.txt"
-    run_tool(build, "test-export-graph-ops", ["-m", str(model), "-c", "512", "-b", "512", "-ub", "512",
+    build.run("test-export-graph-ops", ["-m", str(model), "-c", "512", "-b", "512", "-ub", "512",
                                               "-o", str(test_file)])
     return test_file, ops
 
@@ -40,7 +40,7 @@ def short_case(case: str) -> str:
 
 def run_once(build: Build, cases: tuple[Path, list[str]]) -> dict[str, float]:
     test_file, ops = cases
-    timings = parse_perf(run_tool(build, "test-backend-ops", ["perf", "-b", "CPU", "--test-file", str(test_file),
+    timings = parse_perf(build.run("test-backend-ops", ["perf", "-b", "CPU", "--test-file", str(test_file),
                                                               "-o", ",".join(ops)]).stdout)
     if not timings:
         raise BenchError(f"test-backend-ops on {build.name} timed no {','.join(ops)} case")

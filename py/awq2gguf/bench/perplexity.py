@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..builds import Build
-from .llama_bench import BenchError, run_tool
+from .llama_bench import BenchError
 
 _NUM = r"([-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))"
 _FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
@@ -42,11 +42,11 @@ def on_text(build: Build, model: Path, text: Path, ctx: int, chunks: int, thread
     args = ["-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
     if save_logits is not None:
         args += ["--kl-divergence-base", str(save_logits)]
-    return parse_final_ppl(run_tool(build, "llama-perplexity", args).stderr)
+    return parse_final_ppl(build.run("llama-perplexity", args).stderr)
 
 
 def against_base(build: Build, model: Path, base: Path, threads: int) -> dict:
     """Perplexity, mean KLD and same-top-token rate of `model` on the tokens saved in `base`."""
-    proc = run_tool(build, "llama-perplexity",
-                    ["-m", str(model), "-t", str(threads), "--kl-divergence-base", str(base), "--kl-divergence"])
+    proc = build.run("llama-perplexity",
+                     ["-m", str(model), "-t", str(threads), "--kl-divergence-base", str(base), "--kl-divergence"])
     return parse_kld_stats(proc.stdout + proc.stderr)

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ..paths import ROOT
+from ..proc_io import atomic_path
 
 RESULTS_DIR = Path(os.environ.get("AWQ2GGUF_RESULTS", ROOT / "bench" / "results"))
 
@@ -16,9 +17,8 @@ def save(kind: str, report: dict) -> Path:
     raw = RESULTS_DIR / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     path = raw / f"{kind}-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(report, indent=2) + "\n")
     return path
 
 

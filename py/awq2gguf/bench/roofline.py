@@ -12,13 +12,13 @@ import ctypes
 import json
 import os
 import platform
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
 from ..gguf_tensors import TensorInfo, read_tensor_infos
 from ..paths import BUILD_DIR
+from ..proc_io import run_tool
 from .machine import cpu_info, physical_cores
 
 STREAM_SRC = Path(__file__).with_name("stream.c")
@@ -30,19 +30,14 @@ def stream_binary() -> Path:
     if not exe.is_file() or exe.stat().st_mtime < STREAM_SRC.stat().st_mtime:
         exe.parent.mkdir(parents=True, exist_ok=True)
         cc = os.environ.get("CC", "cc")
-        proc = subprocess.run([cc, "-O3", "-march=native", "-fopenmp", str(STREAM_SRC), "-o", str(exe)],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise RuntimeError(f"compiling {STREAM_SRC} failed:\n{proc.stderr[-1500:]}")
+        run_tool([cc, "-O3", "-march=native", "-fopenmp", str(STREAM_SRC), "-o", str(exe)], f"compiling {STREAM_SRC}")
     return exe
 
 
 def measure_bandwidth(threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
     """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
-    proc = subprocess.run([str(stream_binary()), str(n_elements), str(reps)], env=env,
-                          capture_output=True, text=True, check=True)
-    return json.loads(proc.stdout)
+    return json.loads(run_tool([str(stream_binary()), str(n_elements), str(reps)], "STREAM", env).stdout)
 
 
 def decode_bytes_per_token(tensors: list[TensorInfo]) -> int:

@@ -18,9 +18,10 @@ from torch import nn
 
 from ..calibration import Calibration
 from ..checkpoint import save_model
+from ..proc_io import Awq2ggufError
 
 
-class AutoAwqMissing(RuntimeError):
+class AutoAwqMissing(Awq2ggufError):
     pass
 
 

@@ -1,0 +1,64 @@
+"""What every command shares when it runs a tool or writes a file: the one error base class the
+command lines catch, a tool run that fails with the tail of what the tool said, and outputs that
+appear only when complete."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+# Lines of a failed tool's output quoted in its error: enough for llama.cpp's last log lines and a
+# Python traceback's end.
+TAIL_LINES = 12
+
+
+class Awq2ggufError(Exception):
+    """A failure the user can act on, with a message that says what and why; the command lines print
+    it without a traceback and exit 1."""
+
+
+class ToolFailed(Awq2ggufError):
+    pass
+
+
+def tail(text: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None,
+             error: type[Awq2ggufError] = ToolFailed) -> subprocess.CompletedProcess:
+    """Run cmd to completion; if it fails, raise `error` naming `what` with the tail of its output
+    (stdout then stderr: llama.cpp's tools log errors to either)."""
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
+    if proc.returncode != 0:
+        output = proc.stdout + "\n" + proc.stderr
+        raise error(f"{what} failed ({proc.returncode}):\n{tail(output)}")
+    return proc
+
+
+@contextmanager
+def atomic_path(dst: Path) -> Iterator[Path]:
+    """A temporary path beside dst, for a file or a folder, that replaces dst only when the block
+    completes: an error or Ctrl-C leaves neither a partial dst nor the temporary behind."""
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + ".tmp")
+    _remove(tmp)
+    try:
+        yield tmp
+        if tmp.is_dir():
+            _remove(dst)
+        os.replace(tmp, dst)
+    finally:
+        _remove(tmp)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
