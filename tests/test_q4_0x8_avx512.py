@@ -1,8 +1,9 @@
 """The AVX-512 Q4_0 GEMM/GEMV of the patched tree (tests/kernels/x86/q4_0x8_avx512.cpp), on every
 x86 host: natively where the CPU has AVX-512 F/BW/VNNI, and always through SIMDe (the AVX-512 and
 VNNI intrinsics emulated with AVX2), so an AVX2-only machine checks the same code. Each flavour
-(VPDPBUSD with VNNI, VPMADDUBSW without) against ggml's scalar reference and, bit for bit, against
-the build's own kernel: stock's and the patched AVX2 kernel give the same bits (test_q4_0_repack)."""
+(VPDPBUSD with VNNI, VPMADDUBSW without), GEMM and both GEMVs (one stream, and the four streams
+Intel CPUs run), against ggml's scalar reference and, bit for bit, against the build's own kernel:
+stock's and the patched AVX2 kernel give the same bits (test_q4_0_repack)."""
 
 import re
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from conftest import run_kernel_test
 
 TOLERANCE = 1e-5  # float accumulation order only, as for the other repacked kernels
-_LINE = re.compile(r"avx512 (vnni|maddubs) (gemm|gemv) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+) build_hash (\w+)")
+_LINE = re.compile(r"avx512 (vnni|maddubs) (gemm|gemv|gemv_4_streams) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+) build_hash (\w+)")
 _NATIVE_FLAGS = {"avx512f", "avx512bw", "avx512_vnni"}
 
 
@@ -37,7 +38,9 @@ def test_avx512_kernels_match_the_reference_and_the_build_bit_for_bit(builds, tm
     out = run_kernel_test(builds["patched"], "x86/q4_0x8_avx512", tmp_path, flags=MODES[mode], variant=f"-{mode}")
     assert out.splitlines()[0] == f"mode {mode}"
     results = _LINE.findall(out)
-    assert {(f, k) for f, k, *_ in results} == {(f, k) for f in ("vnni", "maddubs") for k in ("gemm", "gemv")}
-    assert len(results) == 4 * 2 * (7 + 5)  # 4 shapes x 2 flavours x (GEMV at 7 row counts, GEMM at the 5 with M % 4 == 0)
+    kinds = ("gemm", "gemv", "gemv_4_streams")
+    assert {(f, k) for f, k, *_ in results} == {(f, k) for f in ("vnni", "maddubs") for k in kinds}
+    # 4 shapes x 2 flavours x (both GEMVs at 7 row counts, GEMM at the 5 with M % 4 == 0)
+    assert len(results) == 4 * 2 * (2 * 7 + 5)
     assert [r for r in results if not float(r[5]) <= TOLERANCE] == []
     assert [r for r in results if r[6] != r[7]] == []

@@ -4,7 +4,7 @@
 // the intrinsics, emulated with AVX2) where it has not, or to check that path too.
 //
 // It prints "mode native" or "mode simde", then per case one line:
-//   avx512 <vnni|maddubs> <gemm|gemv> K=<k> N=<n> M=<m> max_rel_err <e> hash <h> build_hash <h>
+//   avx512 <vnni|maddubs> <gemm|gemv|gemv_4_streams> K=<k> N=<n> M=<m> max_rel_err <e> hash <h> build_hash <h>
 // max_rel_err: against ggml's scalar _generic kernel (float accumulation order only; relative to
 // the row's largest |output|). hash: the output bits; build_hash: the same inputs through the
 // build's own ggml_gemm/gemv_q4_0_8x8_q8_0, which must give the same bits.
@@ -46,7 +46,6 @@ static const char * const MODE = "native";
 
 #include <cstdio>
 
-using gemm_fn = void (*)(int, float *, size_t, const void *, const void *, int, int);
 using gemv_fn = void (*)(int, float *, const void *, const void *, int);
 
 static void report(const char * flavour, const char * kind, int64_t k, int64_t n, int64_t m, double err,
@@ -55,26 +54,11 @@ static void report(const char * flavour, const char * kind, int64_t k, int64_t n
            (long long) k, (long long) n, (long long) m, err, (unsigned long long) hash, (unsigned long long) build_hash);
 }
 
-static void check(const char * flavour, gemm_fn gemm, gemv_fn gemv, int64_t k, int64_t n, int64_t m) {
-    std::mt19937 seeded(k * 1000003 + n * 101 + m);  // the same inputs for both flavours
-    rng = seeded;
-    std::vector<uint8_t> q(n * (k / 32) * Q4_0_BLOCK_BYTES);
-    const std::vector<float> f = random_matrix(n, k, 0.02f);
-    ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
-    const std::vector<uint8_t> w = to_q4_0x8(q, k, n);
-    const std::vector<float> x = random_matrix(m, k, 1.0f);
-    std::vector<float> got(m * n), ref(m * n), build(m * n);
-
-    if (m % 4 == 0) {
-        const std::vector<uint8_t> xq = quantize_q8_0x4(x, k, m);
-        gemm(k, got.data(), n, w.data(), xq.data(), m, n);
-        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.data(), xq.data(), m, n);
-        ggml_gemm_q4_0_8x8_q8_0(k, build.data(), n, w.data(), xq.data(), m, n);
-        report(flavour, "gemm", k, n, m, max_rel_err(got.data(), ref.data(), m, n), fnv1a(got.data(), m * n),
-               fnv1a(build.data(), m * n));
-    }
+static void check_gemv(const char * flavour, const char * kind, gemv_fn gemv, const std::vector<uint8_t> & w,
+                       const std::vector<float> & x, int64_t k, int64_t n, int64_t m) {
     const auto from_float = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
     std::vector<uint8_t> row(ggml_row_size(GGML_TYPE_Q8_0, k));
+    std::vector<float> got(n), ref(n), build(n);
     double worst = 0.0;
     uint64_t hash = 1469598103934665603ull, build_hash = hash;
     for (int64_t r = 0; r < m; r++) {
@@ -86,21 +70,46 @@ static void check(const char * flavour, gemm_fn gemm, gemv_fn gemv, int64_t k, i
         hash = fnv1a(got.data(), n, hash);
         build_hash = fnv1a(build.data(), n, build_hash);
     }
-    report(flavour, "gemv", k, n, m, worst, hash, build_hash);
+    report(flavour, kind, k, n, m, worst, hash, build_hash);
+}
+
+template <bool VNNI>
+static void check(const char * flavour, int64_t k, int64_t n, int64_t m) {
+    std::mt19937 seeded(k * 1000003 + n * 101 + m);  // the same inputs for both flavours
+    rng = seeded;
+    std::vector<uint8_t> q(n * (k / 32) * Q4_0_BLOCK_BYTES);
+    const std::vector<float> f = random_matrix(n, k, 0.02f);
+    ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
+    const std::vector<uint8_t> w = to_q4_0x8(q, k, n);
+    const std::vector<float> x = random_matrix(m, k, 1.0f);
+    std::vector<float> got(m * n), ref(m * n), build(m * n);
+
+    if (m % 4 == 0) {
+        const std::vector<uint8_t> xq = quantize_q8_0x4(x, k, m);
+        q4_0x8_avx512::gemm<VNNI>(k, got.data(), n, w.data(), xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0_generic(k, ref.data(), n, w.data(), xq.data(), m, n);
+        ggml_gemm_q4_0_8x8_q8_0(k, build.data(), n, w.data(), xq.data(), m, n);
+        report(flavour, "gemm", k, n, m, max_rel_err(got.data(), ref.data(), m, n), fnv1a(got.data(), m * n),
+               fnv1a(build.data(), m * n));
+    }
+    // Both GEMVs, whichever this CPU's build runs: every one must give the build's bits.
+    check_gemv(flavour, "gemv", q4_0x8_avx512::gemv<VNNI>, w, x, k, n, m);
+    check_gemv(flavour, "gemv_4_streams", q4_0x8_avx512::gemv_4_streams<VNNI>, w, x, k, n, m);
 }
 
 int main() {
     ggml_cpu_init();  // the fp16 tables the scalar reference and the quantizers use
     printf("mode %s\n", MODE);
     // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column group (no
-    // partner for the 16-column pass), an odd number of groups, an even one. M: decode, the 4-row
-    // and 8-row GEMM passes and their mixes.
-    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}};
+    // partner for the 16-column pass), odd numbers of groups (3: none for a 4-stream pass; 17: four
+    // passes and one group left over), an even one (4: one 4-stream pass). M: decode, the 4-row and
+    // 8-row GEMM passes and their mixes.
+    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 32}, {896, 136}};
     const int64_t rows[] = {1, 3, 4, 8, 12, 20, 64};
     for (const auto & s : shapes) {
         for (int64_t m : rows) {
-            check("vnni", q4_0x8_avx512::gemm<true>, q4_0x8_avx512::gemv<true>, s[0], s[1], m);
-            check("maddubs", q4_0x8_avx512::gemm<false>, q4_0x8_avx512::gemv<false>, s[0], s[1], m);
+            check<true>("vnni", s[0], s[1], m);
+            check<false>("maddubs", s[0], s[1], m);
         }
     }
     return 0;
