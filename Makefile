@@ -7,11 +7,12 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
-        arm-build arm-check setup autoawq run test clean distclean
+        arm-build arm-check setup autoawq run test test-fast clean distclean
 
 help:
 	@echo "make run            set up everything, run awq2gguf on SmolLM2-135M, benchmark decode patched vs stock"
 	@echo "make test           set up everything and run the test suite"
+	@echo "make test-fast      the x86 builds and the tests not marked slow (no ARM, no AutoAWQ, no real-model runs)"
 	@echo "make vendor         fetch and verify the pinned llama.cpp into vendor/llama.cpp"
 	@echo "make patched-build  apply patches/ and build into build/patched"
 	@echo "make stock-build    build the unpatched pin into build/stock"
@@ -86,6 +87,9 @@ run: setup builds
 
 test: setup autoawq builds arm-build
 	$(VPY) -m pytest
+
+test-fast: setup builds
+	$(VPY) -m pytest -m "not slow"
 
 clean:
 	rm -rf build

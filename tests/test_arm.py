@@ -10,6 +10,7 @@ from conftest import REPO
 
 from awq2gguf.bench.arm import bin_dir
 
+pytestmark = pytest.mark.slow  # needs the aarch64 cross builds (make arm-build)
 ARM_RUN = REPO / "scripts" / "arm-run.sh"
 # (variant, target): the sve build (i8mm, dotprod) at each length, the a64fx build as an A64FX
 TARGETS = [("sve", "128"), ("sve", "256"), ("sve", "512"), ("sve", "1024"), ("a64fx", "a64fx")]

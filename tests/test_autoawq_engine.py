@@ -14,7 +14,8 @@ from awq2gguf.cli import main
 from awq2gguf.pipeline import Options
 from test_awq2gguf_cli import FAST, PROMPT_IDS
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("awq") is None, reason="AutoAWQ is not installed: `make autoawq`")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("awq") is None, reason="AutoAWQ is not installed: `make autoawq`")]
 
 
 def test_folded_scales_leave_the_fp_logits_unchanged(tiny_hf, calib_text, tmp_path):

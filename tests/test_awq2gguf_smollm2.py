@@ -11,6 +11,7 @@ from awq2gguf.paths import DEFAULT_EVAL_TEXT
 from awq2gguf.dev_models import f16_gguf, hf_folder
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not DEFAULT_EVAL_TEXT.is_file(),
                     reason=f"needs WikiText-2 raw test at {DEFAULT_EVAL_TEXT}: set AWQ2GGUF_EVAL_TEXT")
 def test_awq2gguf_halves_the_kl_divergence_of_plain_all_q4_0(builds, tmp_path):
