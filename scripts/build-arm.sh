@@ -25,7 +25,7 @@ source scripts/cmake-common.sh
 
 # OpenMP off: ggml's own thread pool links statically without a cross libgomp, and the checks
 # run single-threaded anyway (instruction counts need it).
-configure_once "$out" "arm-$variant-$name" \
+configure_build_dir "$out" "arm-$variant-$name" \
     -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
     -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
     -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static \

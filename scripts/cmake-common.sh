@@ -1,5 +1,5 @@
 # Sourced by build.sh and build-arm.sh: checks the source tree, sets the cmake arguments both
-# use and defines configure_once. ccache, when installed, makes a rebuild in a fresh clone on the
+# use and defines configure_build_dir. ccache, when installed, makes a rebuild in a fresh clone on the
 # same machine cheap.
 # Expects $src and $tag (the script's name for messages).
 if [ ! -f "$src/CMakeLists.txt" ]; then
@@ -17,7 +17,7 @@ command -v ninja >/dev/null && cmake_common+=(-G Ninja)
 # caller's. A build dir is reconfigured from scratch when what its configure depended on changes
 # (the arguments, the compilers, the CPU a native build targets), so a changed flag or a build dir
 # carried to a machine with other CPU features never keeps stale settings; else its cache is reused.
-configure_once() {
+configure_build_dir() {
     local out=$1 commit=$2
     shift 2
     local args=("${cmake_common[@]}" -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TOOLS=ON

@@ -1,6 +1,6 @@
 """scripts/cmake-common.sh: a build dir follows the flags it is configured with. CMake keeps every
 -D value in its cache, so a dir that is merely re-run keeps a flag that was dropped or changed;
-configure_once starts it afresh whenever what the configure depended on differs."""
+configure_build_dir starts it afresh whenever what the configure depended on differs."""
 
 import subprocess
 from pathlib import Path
@@ -13,7 +13,7 @@ file(WRITE ${CMAKE_BINARY_DIR}/value.txt "${PROBE_VALUE}")
 
 
 def _configure(src: Path, out: Path, *flags: str) -> str:
-    script = f'src={src}; tag=test; source scripts/cmake-common.sh; configure_once {out} label "$@"'
+    script = f'src={src}; tag=test; source scripts/cmake-common.sh; configure_build_dir {out} label "$@"'
     done = subprocess.run(["bash", "-c", script, "configure", *flags], cwd=REPO, capture_output=True, text=True,
                           check=True)
     return done.stderr
