@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .builds import Build
-from .proc_io import Awq2ggufError, tail
+from .proc_io import Awq2ggufError, tool_failure
 
 
 class CalibrationError(Awq2ggufError):
@@ -148,8 +148,8 @@ def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed:
             for line in proc.stdout:  # "done total" after each decoding step
                 on_step(*map(int, line.split()))
         if proc.returncode != 0:
-            raise CalibrationError(f"sampling calibration text with {build.name} llama.cpp failed "
-                                   f"({proc.returncode}):\n{tail(log.read_text(errors='replace'))}")
+            raise tool_failure(f"sampling calibration text with {build.name} llama.cpp", proc.returncode,
+                               log.read_text(errors="replace"), CalibrationError)
         ids = np.load(out)
     source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(PROMPTS))}" if prompts else "")
     return Calibration(torch.from_numpy(ids).long(), source, n_held_out)

@@ -25,8 +25,14 @@ class ToolFailed(Awq2ggufError):
     pass
 
 
-def tail(text: str, lines: int = TAIL_LINES) -> str:
+def _tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def tool_failure(what: str, returncode: int, output: str,
+                 error: type[Awq2ggufError] = ToolFailed) -> Awq2ggufError:
+    """The one message of a failed tool: what failed, its exit code and the tail of its output."""
+    return error(f"{what} failed ({returncode}):\n{_tail(output)}")
 
 
 def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None,
@@ -35,8 +41,7 @@ def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None,
     (stdout then stderr: llama.cpp's tools log errors to either)."""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
-        output = proc.stdout + "\n" + proc.stderr
-        raise error(f"{what} failed ({proc.returncode}):\n{tail(output)}")
+        raise tool_failure(what, proc.returncode, proc.stdout + "\n" + proc.stderr, error)
     return proc
 
 

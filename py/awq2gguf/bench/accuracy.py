@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from ..proc_io import tail
+from ..proc_io import tool_failure
 from .llama_bench import BenchError
 from .mc_score import choose
 from .tasks import TASKS, Item, Task
@@ -48,7 +48,7 @@ def run_mc_task(build: Build, model: Path, task: Task, items: list[Item], thread
                 proc.kill()
             _, err = proc.communicate()
     if proc.returncode != 0 or len(scored) != len(items):
-        raise BenchError(f"scoring {task.name} with {model.name} on {build.name} failed:\n{tail(err)}")
+        raise tool_failure(f"scoring {task.name} with {model.name} on {build.name}", proc.returncode, err, BenchError)
     return mc_accuracy(task, scored, [item.gold for item in items])
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..paths import BUILD_DIR, ROOT
-from ..proc_io import Awq2ggufError, run_tool, tail
+from ..proc_io import Awq2ggufError, run_tool, tool_failure
 
 PLUGIN_SRC = Path(__file__).with_name("qemu_insn_count.c")
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
@@ -75,7 +75,7 @@ def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
         proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
                               env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0 or not out.is_file():
-            raise ArmBenchError(f"{exe} {shape} at {target} failed ({proc.returncode}):\n{tail(proc.stderr)}")
+            raise tool_failure(f"{exe} {shape} at {target}", proc.returncode, proc.stderr, ArmBenchError)
         return int(out.read_text().split()[-1])
 
 

@@ -21,7 +21,7 @@ from ..builds import Build
 from ..calibration import from_text
 from ..checkpoint import load_tokenizer
 from ..pipeline import Options
-from ..proc_io import tail
+from ..proc_io import tool_failure
 from ..quantize import quantize
 from .llama_bench import BenchError
 from .peak_rss import run_with_peak_rss
@@ -63,7 +63,7 @@ def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Bui
     start = time.monotonic()
     proc, peak = run_with_peak_rss([str(cli), str(model_dir), str(out), "--build", build.name, *args])
     if proc.returncode != 0:
-        raise BenchError(f"awq2gguf ({label}) failed ({proc.returncode}):\n{tail(proc.stderr)}")
+        raise tool_failure(f"awq2gguf ({label})", proc.returncode, proc.stderr, BenchError)
     return Made(label, out, time.monotonic() - start, peak)
 
 

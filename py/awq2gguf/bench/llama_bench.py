@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..proc_io import Awq2ggufError, tail
+from ..proc_io import Awq2ggufError, tool_failure
 from .peak_rss import run_with_peak_rss
 
 
@@ -38,7 +38,7 @@ def _measured(build: Build, cmd: list[str], what: str, model: Path) -> tuple[str
     """(stdout, peak RSS) of cmd run with the build's libraries; a failure names build and model."""
     proc, peak_rss = run_with_peak_rss(cmd, env=build.env())
     if proc.returncode != 0:
-        raise BenchError(f"{build.name} {what} on {model} failed ({proc.returncode}):\n{tail(proc.stderr)}")
+        raise tool_failure(f"{build.name} {what} on {model}", proc.returncode, proc.stderr, BenchError)
     return proc.stdout, peak_rss
 
 
