@@ -3,6 +3,7 @@ mapping (repacked Q4_0) do not stay resident as file pages too. Sizes here are s
 buffer holds what, which pages are mapped in), not speed or memory goals: those are in bench."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -39,8 +40,19 @@ def test_tied_embedding_is_not_kept_as_a_second_plain_copy(builds, smollm2_q4_0)
     assert patched["CPU"] < 0.5  # norms only
 
 
+def read_cold(model):
+    """Evict the file from the page cache and read it back, as a model file is first read from disk:
+    readahead then caches it in large folios, which the kernel may map 2 MiB at a time."""
+    with open(model, "rb") as f:
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        while f.read(1 << 24):
+            pass
+
+
 def resident_model_pages(build, model):
     """(KiB of the model file's mapping that are resident after loading and generating, text)."""
+    read_cold(model)
     code = ("import sys, json; from llama_cpp import Llama; "
             "llm = Llama(model_path=sys.argv[1], n_ctx=128, n_threads=2, verbose=False); "
             f"text = llm({PROMPT!r}, max_tokens=8, temperature=0)['choices'][0]['text']; "
