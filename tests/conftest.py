@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from awq2gguf.bench.models import quantized_by
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
+from awq2gguf.dev_models import f16_gguf
 from awq2gguf.quantize import quantize
 from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
 from awq2gguf.synthetic_hf import write_synthetic_hf
@@ -28,6 +30,12 @@ def builds():
         return {n: get_build(n) for n in BUILD_NAMES}
     except BuildMissing as e:
         pytest.fail(str(e))
+
+
+@pytest.fixture(scope="session")
+def smollm2_q4_0(builds):
+    """SmolLM2-135M-Instruct (tied embeddings) in all-Q4_0, one file for both builds."""
+    return quantized_by(builds["patched"], f16_gguf("smollm2"), "Q4_0")
 
 
 @pytest.fixture(scope="session")

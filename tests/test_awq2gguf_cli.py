@@ -221,16 +221,22 @@ def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):
     assert "Beautiful is better than ugly" in tokenizer.decode(calib.input_ids[0])
 
 
-def test_self_sampled_calibration_starts_from_the_prompts_through_the_chat_template(tiny_hf, builds, tmp_path):
-    from awq2gguf.calibration import PROMPTS, generated, prompt_ids
+def test_self_sampled_calibration_starts_from_openings_and_chat_prompts_in_turn(tiny_hf, builds, tmp_path):
+    from awq2gguf.calibration import MIN_ANSWER, generated, prompt_ids, start_texts
     from awq2gguf.checkpoint import load_tokenizer
 
     model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
     tokenizer = load_tokenizer(model_dir)
-    prompts = prompt_ids(tokenizer, 3)
+    prompts = prompt_ids(tokenizer, 3, 64)
     f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
     calib = generated(builds["patched"], f16, 2, 64, 0, 1, n_held_out=1, prompts=prompts)
     assert calib.input_ids.shape == (3, 64) and calib.n_samples == 2 and calib.source == "generated:seed=0,prompts=3"
-    for row, prompt, text in zip(calib.input_ids.tolist(), prompts, PROMPTS):
-        assert row[:len(prompt)] == prompt  # each sequence is its prompt, then the model's answer
-        assert text in tokenizer.decode(prompt) and "<|im_start|>assistant" in tokenizer.decode(prompt)
+    starts = start_texts(3)
+    assert [chat for _, chat in starts] == [False, True, False]
+    for row, prompt, (text, chat) in zip(calib.input_ids.tolist(), prompts, starts):
+        assert row[:len(prompt)] == prompt  # each sequence is its start, then the model's continuation
+        start = tokenizer.decode(prompt)
+        if chat:
+            assert text in start and "<|im_start|>assistant" in start
+        else:  # plain text, cut to leave room for the continuation
+            assert text.startswith(start) and len(prompt) <= 64 - MIN_ANSWER and "<|im_start|>" not in start

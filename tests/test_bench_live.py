@@ -93,3 +93,17 @@ def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
     # held-out reference log-probabilities) lie beside OUT for a while
     assert report["peak_disk_mib"] > report["out_mib"]
     assert (tmp_path / "models" / "synthetic-tiny-tied-hf" / "config.json").is_file()
+
+
+def test_serve_measures_both_builds_at_each_client_count(tiny_q4_0, tmp_path):
+    proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--clients", "1,2",
+                 "--requests", "2", "--prompt-words", "8", "--n-gen", "4", "--reps", "2", "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [(r["build"], r["clients"], r["requests"]) for r in report["rows"]] == [
+        ("stock", 1, 2), ("stock", 2, 4), ("patched", 1, 2), ("patched", 2, 4)]
+    for r in report["rows"]:
+        assert r["requests_per_s"] > 0 and 0 < r["ttft_ms_median"] <= r["ttft_ms_max"]
+    assert all(len(reps) == 2 for reps in report["runs"].values())
+    md = bench(tmp_path, "report")
+    assert md.returncode == 0 and "| build | clients | requests | requests/s |" in md.stdout

@@ -10,16 +10,7 @@ import sys
 
 import pytest
 
-from awq2gguf.bench.models import quantized_by
-from awq2gguf.dev_models import f16_gguf
-
 PROMPT = "The quick brown fox"
-
-
-@pytest.fixture(scope="module")
-def smollm2_q4_0(builds):
-    """SmolLM2-135M (tied embeddings) in all-Q4_0, one file for both builds."""
-    return quantized_by(builds["patched"], f16_gguf("smollm2"), "Q4_0")
 
 
 def model_buffers(build, model, load_mode):

@@ -91,9 +91,41 @@ def from_file(tokenizer, path: Path, n_samples: int, n_tokens: int, n_held_out: 
     return from_text(tokenizer, read_text(path), n_samples, n_tokens, str(path), n_held_out)
 
 
-# Self-sampled text starts from these in turn, through the chat template: left to itself from BOS
-# a model writes what it was tuned for most (a coder model writes code), while the quantized model
-# will meet prose, code and questions alike.
+# Self-sampled text starts, in turn, from a passage opening (continued as plain text) and from a
+# chat prompt (through the chat template): left to itself from BOS a model writes what it was tuned
+# for most (a coder model writes code), while the quantized model will meet prose, code and
+# questions alike. The openings, written for this project, set the register of what follows.
+OPENINGS = (
+    "The Hanseatic League was a commercial and defensive confederation of merchant guilds and market "
+    "towns in Central and Northern Europe. Growing from a few North German towns in the late 12th century, "
+    "it came to dominate Baltic maritime trade for three centuries, and its",
+    "def load_config(path):\n    \"\"\"Read a TOML configuration file and fill in the defaults.\"\"\"\n"
+    "    with open(path, \"rb\") as f:\n        data = tomllib.load(f)\n    settings = dict(DEFAULTS)\n",
+    "The rain had not stopped for three days when Marta finally opened the letter. She read it twice "
+    "standing by the window, then sat down at the kitchen table and read it again, slowly, as if the",
+    "Photosynthesis is the process by which green plants, algae and some bacteria convert light energy "
+    "into chemical energy. In the first stage, the light-dependent reactions take place in the thylakoid "
+    "membranes, where",
+    "City council members voted 7-2 on Tuesday night to approve a new budget that sets aside $4.2 million "
+    "for road repairs, after more than two hours of public comment. Supporters said the plan",
+    "A train leaves the station at 9:40 and travels at an average speed of 72 km/h. A second train leaves "
+    "the same station 25 minutes later on a parallel track at 90 km/h. How long after the first train "
+    "leaves does the second one catch up?\n\nSolution: ",
+    "Q: My sourdough starter rises well but the bread comes out dense and flat. I feed it twice a day "
+    "with equal weights of flour and water. What am I doing wrong?\n\nA: ",
+    "Born in 1867 in Warsaw, she was the fifth and youngest child of two teachers. Barred from the "
+    "university because she was a woman, she studied in secret at the clandestine Flying University "
+    "before moving to Paris in 1891, where",
+    "#include <stdio.h>\n#include <stdlib.h>\n\n/* Count the words in a file given on the command line. */\n"
+    "int main(int argc, char **argv)\n{\n    if (argc != 2) {\n",
+    "Mount Kilimanjaro is a dormant volcano in Tanzania and the highest mountain in Africa, about 5,895 "
+    "metres above sea level. It has three volcanic cones, Kibo, Mawenzi and Shira, and",
+    "\"You're late,\" said the old man without looking up from the chessboard.\n\"The bus broke down,\" "
+    "Tom said. \"I ran the last two miles.\"\n\"Sit down, then.",
+    "Installation\n\nThe package requires Python 3.9 or later. Install it from PyPI with pip, then run "
+    "the setup command once to create the configuration directory. On Windows,",
+)
+
 PROMPTS = (
     "Write a short story about a lighthouse keeper.",
     "Write a Python function that merges two sorted lists, and explain it.",
@@ -112,19 +144,25 @@ PROMPTS = (
 MIN_ANSWER = 16  # tokens each sampled answer gets at least
 
 
-def prompt_ids(tokenizer, n: int) -> list[list[int]]:
-    """n prompts (PROMPTS in turn) as token ids, through the chat template when the tokenizer has
-    one, ready for the model's answer."""
+def start_texts(n: int) -> list[tuple[str, bool]]:
+    """The n sequences' starts as (text, through the chat template): openings and prompts in turn."""
+    return [(PROMPTS[i // 2 % len(PROMPTS)], True) if i % 2 else (OPENINGS[i // 2 % len(OPENINGS)], False)
+            for i in range(n)]
+
+
+def prompt_ids(tokenizer, n: int, n_tokens: int) -> list[list[int]]:
+    """The n sequences' starts (start_texts) as token ids, ready for the model's continuation in
+    sequences of n_tokens. A prompt goes through the chat template when the tokenizer has one; an
+    opening starts the way the tokenizer starts any text (with BOS only if it adds one), cut to
+    leave MIN_ANSWER tokens for the continuation."""
     out = []
-    for i in range(n):
-        text = PROMPTS[i % len(PROMPTS)]
-        if getattr(tokenizer, "chat_template", None):
+    for text, chat in start_texts(n):
+        if chat and getattr(tokenizer, "chat_template", None):
             text = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
                                                  tokenize=False)
-            ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+            out.append(tokenizer(text, add_special_tokens=False)["input_ids"])
         else:
-            ids = ([tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []) + tokenizer(text)["input_ids"]
-        out.append(ids)
+            out.append(tokenizer(text)["input_ids"][:n_tokens - MIN_ANSWER])
     return out
 
 
@@ -151,5 +189,5 @@ def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed:
             raise tool_failure(f"sampling calibration text with {build.name} llama.cpp", proc.returncode,
                                log.read_text(errors="replace"), CalibrationError)
         ids = np.load(out)
-    source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(PROMPTS))}" if prompts else "")
+    source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(OPENINGS) + len(PROMPTS))}" if prompts else "")
     return Calibration(torch.from_numpy(ids).long(), source, n_held_out)

@@ -118,7 +118,7 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
             return calibration.from_file(tokenizer, opts.calib, opts.calib_samples, opts.calib_tokens,
                                          opts.calib_held_out)
     n = opts.calib_samples + opts.calib_held_out
-    prompts = calibration.prompt_ids(tokenizer, n) if opts.prompts else None
+    prompts = calibration.prompt_ids(tokenizer, n, opts.calib_tokens) if opts.prompts else None
     # Q8_0, not F16: half the disk, and sampled text of the same kind.
     with progress.stage("Q8_0 GGUF for sampling calibration text"):
         source = convert_hf_to_gguf(model_dir, work / "source-q8_0.gguf", "q8_0")

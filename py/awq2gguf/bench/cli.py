@@ -19,7 +19,7 @@ from ..proc_io import Awq2ggufError
 from ..synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
 from . import arm as arm_mod
-from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, tables
+from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, serve_load, tables
 from .accuracy import evaluate_model
 from .llama_bench import ENGINES, run_llama_bench
 from .machine import busy_warning, cpu_info, physical_cores, threads_warning
@@ -434,6 +434,53 @@ def arm(targets, shape_names, as_json):
     _finish("arm", report, tables.arm_table(report), as_json)
 
 
+def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of client counts") from None
+    if not levels or min(levels) < 1:
+        raise click.BadParameter("client counts are 1 or more")
+    return levels
+
+
+@main.command()
+@THREADS
+@click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="GGUF every build serves. Default: the synthetic --shape model in --qtype, quantized once by "
+                   "the patched build (the same file for every build).")
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+              help="Synthetic model shape used when --model is not given.")
+@click.option("--qtype", default="Q4_0", show_default=True, help="Quantization of the synthetic model.")
+@click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=_parse_builds,
+              help="Comma-separated builds to compare; ratios are against the first.")
+@click.option("--clients", "levels", default="1,2,4", show_default=True, callback=_parse_levels,
+              help="Concurrent clients, comma-separated: one measurement per count.")
+@click.option("--requests", "requests_per_client", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Requests each client sends, one after another.")
+@click.option("--prompt-words", type=click.IntRange(min=2), default=100, show_default=True)
+@click.option("--n-gen", type=click.IntRange(min=1), default=64, show_default=True, help="Tokens per answer.")
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repetitions per build, interleaved ABBA, each on a fresh server.")
+@JSON
+def serve(threads, model, shape, qtype, build_names, levels, requests_per_client, prompt_words, n_gen, reps, as_json):
+    """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
+    completions through the OpenAI API, builds compared on the same file."""
+    busy = _check_machine(threads)
+    try:
+        builds = [get_build(n) for n in build_names]
+        model = model or quantized_by(get_build("patched"), synthetic_f16(shape, _log), qtype, _log)
+        with _progress("serving load levels", reps * len(builds) * len(levels)) as advance:
+            runs = serve_load.run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
+                                              prompt_words, n_gen, on_level=advance)
+    except Awq2ggufError as e:
+        raise click.ClickException(str(e)) from e
+    report = {"kind": "serve", "threads": threads, "model": str(model), "reps": reps, "n_gen": n_gen,
+              "prompt_words": prompt_words, "requests_per_client": requests_per_client, "busy_warning": busy,
+              "rows": serve_load.summarise(runs, levels), "runs": runs}
+    _finish("serve", report, tables.serve_table(report), as_json)
+
+
 @main.command()
 @click.argument("files", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), help="Write the Markdown here instead of stdout.")
@@ -442,7 +489,7 @@ def report(files, out):
     result of each kind (of each development model) under bench/results/raw/."""
     builders = {"decode": tables.speed_table, "prefill": tables.speed_table, "roofline": tables.roofline_table,
                 "ops": tables.ops_table, "eval": tables.eval_table, "awq": tables.awq_table,
-                "awq-cost": tables.awq_cost_table, "arm": tables.arm_table}
+                "awq-cost": tables.awq_cost_table, "arm": tables.arm_table, "serve": tables.serve_table}
     reports = [json.loads(f.read_text()) for f in files] or [r for kind in builders for r in results.latest_each(kind)]
     if not reports:
         raise click.ClickException(f"no saved results under {results.RESULTS_DIR / 'raw'}: run a bench command first")

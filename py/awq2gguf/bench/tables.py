@@ -91,6 +91,19 @@ def arm_table(report: dict) -> Table:
     return Table(title, headers, rows)
 
 
+def serve_table(report: dict) -> Table:
+    base = report["rows"][0]["build"]
+    title = (f"awq2gguf-serve, {Path(report['model']).name}: streamed completions of ~{report['prompt_words']} words "
+             f"+ {report['n_gen']} tokens, {report['requests_per_client']} per client, {report['threads']} thread(s), "
+             f"{report['reps']} interleaved reps, median (min-max)")
+    headers = ["build", "clients", "requests", "requests/s", "first token ms (median)", "first token ms (max)",
+               f"requests/s vs {base}"]
+    rows = [[r["build"], str(r["clients"]), str(r["requests"]), f"{r['requests_per_s']:.3f}",
+             f"{r['ttft_ms_median']:.0f}", f"{r['ttft_ms_max']:.0f}",
+             "1" if r["build"] == base else _spread(r["ratio"], ".3f")] for r in report["rows"]]
+    return Table(title, headers, rows)
+
+
 def print_rich(table: Table) -> None:
     out = Console()
     if not out.is_terminal:

@@ -1,0 +1,87 @@
+"""`bench serve`: awq2gguf-serve under 1, 2, 4 ... concurrent streaming clients, builds interleaved.
+
+Each client sends its requests one after another, each a streamed completion of a prompt no other
+request starts with (llama-cpp-python reuses the longest cached prefix, which would skip the
+prefill) and exactly n_gen tokens (min_tokens holds off end-of-generation). Measured per level:
+requests/s over the level's wall time, and time to first token (queueing and prefill) per request.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+import openai
+
+from ..builds import Build
+from ..serve.process import served
+
+FILLER = ("the quick brown fox jumps over the lazy dog while a small bird sings in the old tree by the river "
+          "and children play in the warm sun of a long summer afternoon").split()
+
+
+def prompt(i: int, words: int) -> str:
+    """A prompt of about `words` words whose first word is unique to i."""
+    return " ".join([f"Request{i}:", *(FILLER[j % len(FILLER)] for j in range(words - 1))])
+
+
+def load_level(url: str, clients: int, requests_per_client: int, prompt_words: int, n_gen: int,
+               first_id: int) -> dict:
+    api = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
+
+    def one(i: int) -> float:
+        start = time.perf_counter()
+        ttft = None
+        stream = api.completions.create(model="m", prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
+                                        stream=True, extra_body={"min_tokens": n_gen})
+        for _ in stream:
+            ttft = ttft or time.perf_counter() - start
+        return ttft
+
+    def client(c: int) -> list[float]:
+        return [one(first_id + c * requests_per_client + r) for r in range(requests_per_client)]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        ttfts = [t for per_client in pool.map(client, range(clients)) for t in per_client]
+    wall = time.perf_counter() - start
+    return {"clients": clients, "requests": len(ttfts), "requests_per_s": len(ttfts) / wall,
+            "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts)}
+
+
+def run_serve_bench(builds: list[Build], model: Path, threads: int, levels: tuple[int, ...], reps: int,
+                    requests_per_client: int, prompt_words: int, n_gen: int,
+                    on_level: Callable[[], None] = lambda: None) -> dict[str, list[list[dict]]]:
+    """{build: [one list of level results per repetition]}, builds in ABBA order; each repetition
+    starts a fresh server per build. Prompts never repeat within a server's life."""
+    out = {b.name: [] for b in builds}
+    for rep in range(reps):
+        for build in builds if rep % 2 == 0 else builds[::-1]:
+            with served(model, build.name, threads) as url:
+                results, first_id = [], 0
+                for clients in levels:
+                    results.append(load_level(url, clients, requests_per_client, prompt_words, n_gen, first_id))
+                    first_id += clients * requests_per_client
+                    on_level()
+            out[build.name].append(results)
+    return out
+
+
+def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> list[dict]:
+    """One row per build and level: medians over repetitions, and requests/s over the first
+    build's, paired per repetition."""
+    base = next(iter(runs))
+    rows = []
+    for build, reps in runs.items():
+        for i, clients in enumerate(levels):
+            rps = [rep[i]["requests_per_s"] for rep in reps]
+            ratios = [r / rep[i]["requests_per_s"] for r, rep in zip(rps, runs[base])]
+            rows.append({"build": build, "clients": clients, "requests": reps[0][i]["requests"],
+                         "requests_per_s": statistics.median(rps),
+                         "ttft_ms_median": statistics.median(rep[i]["ttft_ms_median"] for rep in reps),
+                         "ttft_ms_max": max(rep[i]["ttft_ms_max"] for rep in reps),
+                         "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}})
+    return rows

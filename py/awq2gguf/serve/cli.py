@@ -1,0 +1,87 @@
+"""`awq2gguf-serve MODEL.gguf`: an OpenAI-compatible endpoint and a chat page on a llama.cpp build."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from pathlib import Path
+
+import click
+
+from ..bench.machine import physical_cores
+from ..builds import BUILD_NAMES, get_build
+from ..proc_io import Awq2ggufError
+from .limits import Limits
+
+LOOPBACK = "127.0.0.1"
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP))
+    except (socket.gaierror, ValueError):
+        return False
+
+
+def _gguf(_ctx, _param, path: Path) -> Path:
+    with open(path, "rb") as f:
+        if f.read(4) != b"GGUF":
+            raise click.BadParameter(f"{path} is not a GGUF file")
+    return path.resolve()
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
+@click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
+              help="llama.cpp build whose libllama.so runs the model (stock: for comparison).")
+@click.option("--host", default=LOOPBACK, show_default=True,
+              help="Address to listen on. Anything but loopback needs --api-key.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
+@click.option("--api-key", envvar="AWQ2GGUF_API_KEY", show_envvar=True,
+              help="Bearer key the API requires (401 without it), and the chat page's password.")
+@click.option("-t", "--threads", type=click.IntRange(min=1), default=physical_cores, show_default="physical cores")
+@click.option("--ctx", type=click.IntRange(min=64), default=4096, show_default=True,
+              help="Context per request: prompt and answer together.")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
+              help="Longest answer a request may ask for (400 beyond it); chat requests without max_tokens get it.")
+@click.option("--max-prompt-tokens", type=click.IntRange(min=1),
+              help="Longest prompt (400 beyond it).  [default: --ctx minus --max-tokens]")
+@click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Generation requests running or waiting at once; more get 503. One runs at a time.")
+def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, queue):
+    """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat.
+
+    The chat page streams each answer, shows its prefill and decode speed, and how
+    the GGUF was made (its awq2gguf metadata). Requests are answered one at a time, in order;
+    a full queue answers 503, over-long prompts and answers 400.
+    """
+    if max_prompt_tokens is None:
+        if max_tokens >= ctx:
+            raise click.UsageError(f"--max-tokens {max_tokens} leaves no room for a prompt in --ctx {ctx}")
+        max_prompt_tokens = ctx - max_tokens
+    elif max_prompt_tokens + max_tokens > ctx:
+        raise click.UsageError(f"--max-prompt-tokens {max_prompt_tokens} plus --max-tokens {max_tokens} "
+                               f"is more than --ctx {ctx}")
+    if not api_key and not _is_loopback(host):
+        raise click.UsageError(f"--host {host} exposes the server beyond this machine: give it an --api-key "
+                               "(or AWQ2GGUF_API_KEY)")
+    try:
+        os.environ.update(get_build(build_name).env())  # before llama_cpp is imported
+    except Awq2ggufError as e:
+        raise click.ClickException(str(e)) from e
+
+    import uvicorn
+
+    from .app import PAGE_PATH, ServeOptions, create_app
+
+    opts = ServeOptions(model, build_name, threads, ctx, Limits(max_prompt_tokens, max_tokens, queue), api_key)
+    try:
+        app = create_app(opts)
+    except ValueError as e:  # llama-cpp-python's "Failed to load model from file"
+        raise click.ClickException(f"cannot load {model}: {e}") from e
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"serving {model.name} with the {build_name} build on http://{shown}:{port}: "
+               f"OpenAI API at /v1, chat page at {PAGE_PATH}", err=True)
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,113 @@
+"""Request limits in front of llama-cpp-python's OpenAI server: bounded lengths, a bounded queue.
+
+llama-cpp-python serves one request at a time behind a lock and lets the others wait without
+bound; a streamed request whose prompt does not fit fails after its 200 header is sent, and a
+chat request without max_tokens generates until the context is full. This ASGI middleware
+answers before any of that: 400 for a prompt or max_tokens over the limits (OpenAI's error
+shape, so clients show the message), 503 when `queue` generation requests are already in flight
+(running or waiting), and fills in max_tokens where a chat request leaves it out.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+GENERATION_PATHS = ("/v1/completions", "/v1/chat/completions")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_prompt_tokens: int
+    max_tokens: int
+    queue: int
+
+
+def _error_response(status: int, message: str, code: str, headers: tuple = ()) -> tuple[int, bytes, tuple]:
+    body = json.dumps({"error": {"message": message, "type": "invalid_request_error" if status == 400 else
+                                 "server_error", "param": None, "code": code}}).encode()
+    return status, body, ((b"content-type", b"application/json"), *headers)
+
+
+class LimitsMiddleware:
+    """count_prompt(path, body) -> prompt tokens of a generation request's JSON body."""
+
+    def __init__(self, app, limits: Limits, count_prompt: Callable[[str, dict], int]):
+        self.app, self.limits, self.count_prompt = app, limits, count_prompt
+        self.in_flight = 0  # one event loop: no lock needed
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
+            return await self.app(scope, receive, send)
+        raw = b""
+        while True:
+            message = await receive()
+            raw += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        refusal, raw = self._check(scope["path"], raw)
+        if refusal is not None:
+            status, body, headers = refusal
+            await send({"type": "http.response.start", "status": status, "headers": list(headers)})
+            await send({"type": "http.response.body", "body": body})
+            return
+
+        replayed = False
+
+        async def replay():
+            """The (possibly rewritten) body once, then the client's own messages (its disconnect)."""
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": raw, "more_body": False}
+
+        # Out of the queue with the last byte of its answer, not when the app returns: a streamed
+        # response tidies up after the client has it all, and the client's next request must fit.
+        self.in_flight += 1
+        done = False
+
+        def finish():
+            nonlocal done
+            if not done:
+                done = True
+                self.in_flight -= 1
+
+        async def send_and_count(message):
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                finish()
+            await send(message)
+
+        try:
+            await self.app(scope, replay, send_and_count)
+        finally:
+            finish()
+
+    def _check(self, path: str, raw: bytes):
+        """(refusal or None, the body to pass on)."""
+        if self.in_flight >= self.limits.queue:
+            return _error_response(503, f"the server is busy: {self.in_flight} requests are already running or "
+                                        f"waiting (queue of {self.limits.queue}); retry later",
+                                   "server_busy", ((b"retry-after", b"1"),)), raw
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            return None, raw  # FastAPI answers malformed bodies itself (422)
+        if not isinstance(body, dict):
+            return None, raw
+        max_tokens = body.get("max_tokens")
+        if isinstance(max_tokens, int) and max_tokens > self.limits.max_tokens:
+            return _error_response(400, f"max_tokens {max_tokens} is over this server's limit of "
+                                        f"{self.limits.max_tokens}", "max_tokens_exceeded"), raw
+        if max_tokens is None and path.endswith("chat/completions"):
+            body["max_tokens"] = self.limits.max_tokens  # else a chat answer runs until the context is full
+            raw = json.dumps(body).encode()
+        try:
+            n = self.count_prompt(path, body)
+        except (KeyError, TypeError, ValueError):
+            return None, raw  # a malformed request: the server's own validation answers it
+        if n > self.limits.max_prompt_tokens:
+            return _error_response(400, f"the prompt is {n} tokens, over this server's limit of "
+                                        f"{self.limits.max_prompt_tokens}", "context_length_exceeded"), raw
+        return None, raw

@@ -1,0 +1,56 @@
+"""awq2gguf-serve as a child process on a free loopback port (for `bench serve` and the tests)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from ..proc_io import Awq2ggufError, tool_failure
+
+
+class ServeFailed(Awq2ggufError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def served(model: Path, build: str, threads: int, *args: str, api_key: str | None = None, timeout: float = 180):
+    """Yields the base URL (http://127.0.0.1:PORT) once the server answers; stops it on exit."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "awq2gguf.serve", str(model), "--port", str(port), "--build", build,
+           "-t", str(threads), *(["--api-key", api_key] if api_key else []), *args]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        while True:
+            if proc.poll() is not None:
+                raise tool_failure(f"awq2gguf-serve ({build} build)", proc.returncode, proc.stdout.read(), ServeFailed)
+            try:
+                if httpx.get(f"{url}/v1/models", headers=headers).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServeFailed(f"awq2gguf-serve ({build} build) did not answer within {timeout:.0f} s")
+            time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,160 @@
+"""awq2gguf-serve driven as its users would: the OpenAI client, concurrent clients, a browser."""
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import openai
+import pytest
+from click.testing import CliRunner
+
+from awq2gguf.serve.cli import main as serve_main
+from awq2gguf.serve.process import served
+
+KEY = "test-key-7f3a"
+
+
+def client(url, key="none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_q4_0):
+    """Loopback, no key, a 1024-token context and 256-token answers."""
+    with served(smollm2_q4_0, "patched", 2, "--ctx", "1024", "--max-tokens", "256") as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def keyed_server(smollm2_q4_0):
+    """With an API key, and a queue of one request."""
+    with served(smollm2_q4_0, "patched", 2, "--queue", "1", api_key=KEY) as url:
+        yield url
+
+
+def test_openai_client_gets_a_completion_and_a_streamed_chat_completion(server):
+    api = client(server)
+    text = api.completions.create(model="m", prompt="The capital of France is", max_tokens=8,
+                                     temperature=0).choices[0].text
+    assert len(text.strip()) > 0
+
+    messages = [{"role": "user", "content": "Name three colours."}]
+    whole = api.chat.completions.create(model="m", messages=messages, max_tokens=32, temperature=0)
+    chunks = [c.choices[0].delta.content for c in api.chat.completions.create(
+        model="m", messages=messages, max_tokens=32, temperature=0, stream=True) if c.choices[0].delta.content]
+    assert len(chunks) > 3  # token by token, not one piece
+    assert "".join(chunks) == whole.choices[0].message.content  # greedy: the same answer either way
+
+
+# Different first words: no two prompts share a cached prefix, so each answer is computed the same
+# way whichever request ran before it.
+PROMPTS = ["Apples are", "Berlin is a city", "Cats like to", "Dolphins can", "Engines need", "Forests have",
+           "Guitars make", "Honey is made by"]
+
+
+def test_eight_concurrent_streams_each_get_their_own_answer(server):
+    api = client(server)
+
+    def ask(prompt, stream):
+        out = api.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0, stream=stream)
+        return "".join(c.choices[0].text for c in out) if stream else out.choices[0].text
+
+    alone = [ask(p, False) for p in PROMPTS]
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        together = list(pool.map(lambda p: ask(p, True), PROMPTS))
+    assert together == alone
+    assert len(set(alone)) == len(PROMPTS)
+
+
+def test_over_long_requests_get_400_and_the_server_goes_on(server):
+    api = client(server)
+    with pytest.raises(openai.BadRequestError, match="the prompt is [0-9]+ tokens, over this server's limit of 768"):
+        api.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 2000}], stream=True)
+    with pytest.raises(openai.BadRequestError, match="max_tokens 10000 is over this server's limit of 256"):
+        api.completions.create(model="m", prompt="Hello", max_tokens=10000)
+    assert api.completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+
+
+def test_the_api_key_is_required_when_set(keyed_server):
+    with pytest.raises(openai.AuthenticationError):
+        client(keyed_server, "wrong").completions.create(model="m", prompt="Hello", max_tokens=4)
+    assert client(keyed_server, KEY).completions.create(model="m", prompt="Hello", max_tokens=4).choices[0].text
+
+
+def test_a_full_queue_answers_503_and_then_serves_again(keyed_server):
+    api = client(keyed_server, KEY)
+    stream = api.completions.create(model="m", prompt="Once upon a time", max_tokens=64, stream=True)
+    first = next(iter(stream))  # the request is running
+    with pytest.raises(openai.InternalServerError) as busy:
+        api.completions.create(model="m", prompt="Hello", max_tokens=4)
+    assert busy.value.status_code == 503 and "queue of 1" in str(busy.value)
+    assert first.choices[0].text is not None and len(list(stream)) > 0
+    assert api.completions.create(model="m", prompt="Hello", max_tokens=4).choices[0].text
+
+
+def test_cli_refuses_to_expose_the_server_without_a_key(smollm2_q4_0, tmp_path):
+    result = CliRunner().invoke(serve_main, [str(smollm2_q4_0), "--host", "0.0.0.0"], env={"AWQ2GGUF_API_KEY": ""})
+    assert result.exit_code == 2 and "--host 0.0.0.0 exposes the server beyond this machine" in result.output
+    not_gguf = tmp_path / "model.gguf"
+    not_gguf.write_text("hello")
+    result = CliRunner().invoke(serve_main, [str(not_gguf)])
+    assert result.exit_code == 2 and "is not a GGUF file" in result.output
+
+
+def test_provenance_lists_the_awq2gguf_metadata(tmp_path):
+    from gguf import GGUFWriter
+
+    from awq2gguf.serve.provenance import provenance
+
+    path = tmp_path / "m.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_string("awq2gguf.calibration.source", "generated:seed=0,prompts=20")
+    w.add_float32("awq2gguf.check.kld", 0.25)
+    w.add_string("general.name", "not ours")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.close()
+    assert provenance(path) == [("calibration.source", "generated:seed=0,prompts=20"), ("check.kld", "0.25")]
+
+
+def _browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (browser and driver):
+        pytest.fail("the chat page test needs a headless Chromium: apt-get install chromium chromium-driver")
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1200,900"):
+        opts.add_argument(arg)
+    opts.binary_location = browser
+    return webdriver.Chrome(options=opts, service=Service(driver))
+
+
+def test_chat_page_streams_an_answer_and_shows_its_speed(server, tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = _browser()
+    try:
+        page.get(server)  # redirects to the page
+        box = WebDriverWait(page, 60).until(lambda p: p.find_element(By.CSS_SELECTOR, "textarea"))
+        box.send_keys("Write two sentences about the sea.", Keys.ENTER)
+        seen, deadline = [], time.monotonic() + 120
+        while time.monotonic() < deadline:
+            answers = page.find_elements(By.CSS_SELECTOR, "[data-testid='bot']")
+            speed = page.find_element(By.ID, "speed").text
+            seen.append((answers[-1].text if answers else "", speed))
+            if "t/s" in speed:
+                break
+            time.sleep(0.05)
+        page.save_screenshot(str(tmp_path / "chat-page.png"))
+        answer, speed = seen[-1]
+        assert "t/s" in speed and "prefill" in speed and "decode" in speed, seen[-5:]
+        assert len(answer.split()) > 5
+        # Streamed: part of the answer was on the page before it was finished.
+        assert any(0 < len(text) < len(answer) for text, s in seen if "t/s" not in s), seen
+        assert "not made by awq2gguf" in page.page_source  # the plain all-Q4_0 file has no provenance
+    finally:
+        page.quit()
