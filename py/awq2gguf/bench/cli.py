@@ -44,14 +44,25 @@ def _parse_builds(_ctx, _param, value: str) -> list[str]:
     return names
 
 
-def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
+def _comma_ints(value: str) -> tuple[int, ...]:
     try:
-        seeds = tuple(int(v) for v in value.split(","))
+        return tuple(int(v) for v in value.split(","))
     except ValueError:
         raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+
+
+def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
+    seeds = _comma_ints(value)
     if len(set(seeds)) != len(seeds):
         raise click.BadParameter(f"{value!r} repeats a seed")
     return seeds
+
+
+def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
+    levels = _comma_ints(value)
+    if min(levels) < 1:
+        raise click.BadParameter("client counts are 1 or more")
+    return levels
 
 
 def _parse_tasks(_ctx, _param, value: str) -> list[str]:
@@ -432,16 +443,6 @@ def arm(targets, shape_names, as_json):
         raise click.ClickException(str(e)) from e
     report = {"kind": "arm", "note": arm_mod.PROXY_NOTE, "rows": rows}
     _finish("arm", report, tables.arm_table(report), as_json)
-
-
-def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
-    try:
-        levels = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of client counts") from None
-    if not levels or min(levels) < 1:
-        raise click.BadParameter("client counts are 1 or more")
-    return levels
 
 
 @main.command()
