@@ -7,6 +7,7 @@ llama_cpp loads libllama.so when it is imported.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,12 @@ async def model_turn():
         yield proxy(None)
 
 
+@functools.cache
+def _chat_formatter(template: str, eos_token: str, bos_token: str) -> Jinja2ChatFormatter:
+    """Compiled once per template, not per request."""
+    return Jinja2ChatFormatter(template=template, eos_token=eos_token, bos_token=bos_token)
+
+
 def chat_prompt(llama, messages: list[dict]) -> str:
     """The text the model's own chat template makes of messages (the generation prompt included)."""
     template = llama.metadata.get("tokenizer.chat_template")
@@ -54,22 +61,23 @@ def chat_prompt(llama, messages: list[dict]) -> str:
     def text(token: int) -> str:
         return llama._model.token_get_text(token) if token != -1 else ""
 
-    formatter = Jinja2ChatFormatter(template=template, eos_token=text(llama.token_eos()),
-                                    bos_token=text(llama.token_bos()))
-    return formatter(messages=messages).prompt
+    return _chat_formatter(template, text(llama.token_eos()), text(llama.token_bos()))(messages=messages).prompt
+
+
+def prompt_tokens(llama, prompt: str) -> int:
+    return len(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
 
 
 def count_prompt_tokens(path: str, body: dict) -> int:
     """Prompt tokens of an OpenAI completion or chat completion request body."""
     llama = loaded_model()
     if path.endswith("chat/completions"):
-        prompt = chat_prompt(llama, body["messages"])
-    else:
-        prompt = body["prompt"]
-        if isinstance(prompt, list):  # a batch of prompts, or one prompt as token ids
-            return len(prompt) if all(isinstance(t, int) for t in prompt) else max(
-                count_prompt_tokens(path, {"prompt": p}) for p in prompt)
-    return len(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
+        return prompt_tokens(llama, chat_prompt(llama, body["messages"]))
+    prompt = body["prompt"]
+    if isinstance(prompt, list):  # a batch of prompts, or one prompt as token ids
+        return len(prompt) if all(isinstance(t, int) for t in prompt) else max(
+            count_prompt_tokens(path, {"prompt": p}) for p in prompt)
+    return prompt_tokens(llama, prompt)
 
 
 def create_app(opts: ServeOptions):

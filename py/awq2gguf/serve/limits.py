@@ -23,6 +23,12 @@ class Limits:
     max_tokens: int
     queue: int
 
+    def prompt_refusal(self, n: int) -> str | None:
+        """Why a prompt of n tokens is refused, or None."""
+        if n > self.max_prompt_tokens:
+            return f"the prompt is {n} tokens, over this server's limit of {self.max_prompt_tokens}"
+        return None
+
 
 def _error_response(status: int, message: str, code: str, headers: tuple = ()) -> tuple[int, bytes, tuple]:
     body = json.dumps({"error": {"message": message, "type": "invalid_request_error" if status == 400 else
@@ -107,7 +113,6 @@ class LimitsMiddleware:
             n = self.count_prompt(path, body)
         except (KeyError, TypeError, ValueError):
             return None, raw  # a malformed request: the server's own validation answers it
-        if n > self.limits.max_prompt_tokens:
-            return _error_response(400, f"the prompt is {n} tokens, over this server's limit of "
-                                        f"{self.limits.max_prompt_tokens}", "context_length_exceeded"), raw
+        if refusal := self.limits.prompt_refusal(n):
+            return _error_response(400, refusal, "context_length_exceeded"), raw
         return None, raw

@@ -14,7 +14,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home fr
 
 import gradio as gr  # noqa: E402
 
-from .app import ServeOptions, chat_prompt, model_turn, perf_counters, reset_perf_counters  # noqa: E402
+from .app import (ServeOptions, chat_prompt, model_turn, perf_counters, prompt_tokens,  # noqa: E402
+                  reset_perf_counters)
 from .llama_thread import iterate_in_threadpool  # noqa: E402
 from .provenance import provenance  # noqa: E402
 
@@ -45,10 +46,8 @@ def mount(app, opts: ServeOptions, path: str):
         messages = [{"role": m["role"], "content": _text(m["content"])} for m in history]
         messages.append({"role": "user", "content": message})
         async with model_turn() as llama:
-            n_prompt = len(llama.tokenize(chat_prompt(llama, messages).encode("utf-8"), add_bos=True, special=True))
-            if n_prompt > opts.limits.max_prompt_tokens:
-                raise gr.Error(f"the conversation is {n_prompt} tokens, over this server's limit of "
-                               f"{opts.limits.max_prompt_tokens}: start a new chat")
+            if refusal := opts.limits.prompt_refusal(prompt_tokens(llama, chat_prompt(llama, messages))):
+                raise gr.Error(f"{refusal}: start a new chat")
             # Token counts from llama.cpp (the prompt tokens it evaluated, a cached prefix left out;
             # the tokens it decoded), times as the page sees them: prefill until the first token,
             # decode from there to the last.
