@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Copy of A.gguf in which every tensor whose name does not match one of the patterns comes from B.gguf.
+
+    scripts/mix-gguf-tensors.py A.gguf B.gguf OUT.gguf 'blk\\.8\\..*' ['output.*' ...]
+
+For per-block ablations of awq2gguf (issue 14): with A an awq2gguf all-Q4_0 file and B the plain
+all-Q4_0 of the same model, OUT is the plain model with A's choices in the matching tensors only.
+A decoder block's scales fold into its own norms and linears, so a block taken whole is a
+consistent model. Both files must hold the same tensors (names, types, shapes); OUT keeps A's
+metadata. Patterns are Python regular expressions matched against whole tensor names.
+"""
+
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp" / "gguf-py"))
+from gguf import GGUFReader  # noqa: E402
+
+
+def main(a: str, b: str, out: str, *patterns: str) -> None:
+    if not patterns:
+        sys.exit(__doc__)
+    others = {t.name: t for t in GGUFReader(b).tensors}
+    tmp = f"{out}.tmp"
+    shutil.copyfile(a, tmp)
+    kept = 0
+    try:
+        with open(tmp, "r+b") as f:
+            for t in GGUFReader(a).tensors:
+                if any(re.fullmatch(p, t.name) for p in patterns):
+                    kept += 1
+                    continue
+                o = others.get(t.name)
+                if o is None or o.tensor_type != t.tensor_type or list(o.shape) != list(t.shape):
+                    sys.exit(f"{b} has no tensor {t.name} of {a}'s type and shape")
+                f.seek(t.data_offset)
+                f.write(o.data.tobytes())
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    print(f"{out}: {kept} tensors from {a}, the rest from {b}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
