@@ -20,16 +20,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vendor" / "llam
 from gguf import GGUFReader  # noqa: E402
 
 
+def _tensors(path: str) -> list:
+    try:
+        return GGUFReader(path).tensors
+    except (OSError, ValueError) as e:
+        sys.exit(f"{path}: not a readable GGUF file ({e})")
+
+
 def main(a: str, b: str, out: str, *patterns: str) -> None:
     if not patterns:
         sys.exit(__doc__)
-    others = {t.name: t for t in GGUFReader(b).tensors}
+    ours = _tensors(a)
+    others = {t.name: t for t in _tensors(b)}
     tmp = f"{out}.tmp"
     shutil.copyfile(a, tmp)
     kept = 0
     try:
         with open(tmp, "r+b") as f:
-            for t in GGUFReader(a).tensors:
+            for t in ours:
                 if any(re.fullmatch(p, t.name) for p in patterns):
                     kept += 1
                     continue

@@ -43,3 +43,12 @@ def test_a_tensor_missing_from_the_second_file_is_an_error_and_nothing_is_writte
     run = _mix(a, b, out, r"blk\.1\..*")
     assert run.returncode != 0 and "has no tensor output.weight" in run.stderr
     assert not out.exists() and not Path(f"{out}.tmp").exists()
+
+
+def test_an_input_that_is_not_a_gguf_is_a_one_line_error(tmp_path):
+    a, b, out = tmp_path / "a.gguf", tmp_path / "b.txt", tmp_path / "out.gguf"
+    _write(a, 10.0)
+    b.write_text("not a model")
+    run = _mix(a, b, out, "output.*")
+    assert run.returncode != 0 and run.stderr.startswith(f"{b}: not a readable GGUF file")
+    assert len(run.stderr.strip().splitlines()) == 1 and not out.exists()
