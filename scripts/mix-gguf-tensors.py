@@ -28,8 +28,6 @@ def _tensors(path: str) -> list:
 
 
 def main(a: str, b: str, out: str, *patterns: str) -> None:
-    if not patterns:
-        sys.exit(__doc__)
     ours = _tensors(a)
     others = {t.name: t for t in _tensors(b)}
     tmp = f"{out}.tmp"
@@ -54,4 +52,6 @@ def main(a: str, b: str, out: str, *patterns: str) -> None:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 5:
+        sys.exit(__doc__)
     main(*sys.argv[1:])
