@@ -10,7 +10,6 @@ consistent model. Both files must hold the same tensors (names, types, shapes); 
 metadata. Patterns are Python regular expressions matched against whole tensor names.
 """
 
-import os
 import re
 import shutil
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp" / "gguf-py"))
 from gguf import GGUFReader  # noqa: E402
+
+from awq2gguf.proc_io import atomic_path  # noqa: E402
 
 
 def _tensors(path: str) -> list:
@@ -30,10 +31,9 @@ def _tensors(path: str) -> list:
 def main(a: str, b: str, out: str, *patterns: str) -> None:
     ours = _tensors(a)
     others = {t.name: t for t in _tensors(b)}
-    tmp = f"{out}.tmp"
-    shutil.copyfile(a, tmp)
     kept = 0
-    try:
+    with atomic_path(Path(out)) as tmp:
+        shutil.copyfile(a, tmp)
         with open(tmp, "r+b") as f:
             for t in ours:
                 if any(re.fullmatch(p, t.name) for p in patterns):
@@ -44,10 +44,6 @@ def main(a: str, b: str, out: str, *patterns: str) -> None:
                     sys.exit(f"{b} has no tensor {t.name} of {a}'s type and shape")
                 f.seek(t.data_offset)
                 f.write(o.data.tobytes())
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     print(f"{out}: {kept} tensors from {a}, the rest from {b}")
 
 
