@@ -115,6 +115,9 @@ def test_compensated_rounding_is_kept_where_it_pays_and_survives_q4_0():
         errors[compensated] = sum(c for c, _ in result.block_errors)
     assert any(result.compensated)
     assert errors[True] < errors[False], errors
+    # A compensated block is never clipped first: compensation would take the clipped weights as
+    # its target, and their shrunk outputs add up over blocks (issue 14).
+    assert not any(c and k for c, k in zip(result.clipped[:-1], result.compensated[:-1]))
     for layer, kept in zip(model.model.layers, result.compensated):
         linears = [m for m in layer.modules() if isinstance(m, torch.nn.Linear)]
         # A compensated block is already on the Q4_0 grid: llama-quantize will write it as it is.

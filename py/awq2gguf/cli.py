@@ -79,7 +79,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "a short request through the chat template; --no-prompts: from BOS alone, where a code model "
                    "samples only code (Qwen2.5-Coder-0.5B, KLD on WikiText-2: 0.104 vs 0.155).")
 @click.option("--clip/--no-clip", default=True, show_default=True,
-              help="After the scales, search a clipping range for each Q4_0 block (not q/k).")
+              help="Search a clipping range for each Q4_0 block of the output matrix, and of the "
+                   "decoder blocks (not q/k) that are not compensated.")
 @click.option("--compensate/--no-compensate", default=True, show_default=True,
               help="Last, round each linear's weights column by column, pushing each column's error onto "
                    "the columns not yet rounded (GPTQ on the exact Q4_0 grid; llama-quantize reproduces it).")

@@ -47,7 +47,7 @@ class Options:
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
     prompts: bool = True  # self-sampled text starts from calibration.PROMPTS rather than from BOS
     clip: bool = True
-    compensate: bool = True  # GPTQ-style error-compensated rounding after scales and clipping
+    compensate: bool = True  # GPTQ-style error-compensated rounding after the scales
     untie_output: bool = False
     grid: tuple[float, ...] = DEFAULT_GRID
     engine: str = "awq2gguf"

@@ -2,11 +2,11 @@
 
 The first block's input is captured once from calibration tokens. For each block: its linears'
 inputs are captured in one FP forward (as Gram matrices), every scaling group's scales are
-searched on them and folded into the FP weights (the function is unchanged), then each Q4_0
-block's clipping is searched, then every linear is rounded with error compensation
-(compensate.py, GPTQ on the Q4_0 grid). Each of the three is kept only where it lowers the block's
-real output error with all its linears quantized (guard.py: the groups' own errors can all go
-down while the block's goes up). The next block's input is the output of this block with Q4_0
+searched on them and folded into the FP weights (the function is unchanged), then every linear is
+rounded with error compensation (compensate.py, GPTQ on the Q4_0 grid), or, where that does not
+pay, each Q4_0 block's clipping is searched. Each is kept only where it lowers the block's real
+output error with all its linears quantized (guard.py: the groups' own errors can all go down
+while the block's goes up). The next block's input is the output of this block with Q4_0
 fake-quantized weights, so later blocks learn to live with the errors of earlier ones. An untied
 output matrix is done last, through the final norm, judged by the KL divergence of the
 next-token distribution. Each part gets its weights when its turn comes and saves them when done
@@ -107,9 +107,13 @@ def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[n
 def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, compensated: bool, i: int,
                   n_objective: int) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
     """Search every group's scales on the FP inputs (as AutoAWQ does), then keep only what lowers
-    the block's real output error: drop groups one at a time while that helps, then clip if that
-    helps, then compensate the rounding if that helps. Plain rounding is the starting point's
-    rival, so the block never ends worse than it."""
+    the block's real output error: drop groups one at a time while that helps, then compensate the
+    rounding if that helps, else clip if that helps. Plain rounding is the starting point's rival,
+    so the block never ends worse than it. A compensated block is not clipped: clipped first,
+    compensation takes the clipped weights as its target, which shrinks the block's output; the
+    shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
+    plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
+    cost perplexity there (bench/results/README.md, issue 14)."""
     stats = _input_stats(layer, x, kwargs)
     groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid) for g in groups]
@@ -134,23 +138,21 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
         if k:
             for linear in group.consumers:
                 stats[linear] = stats[linear].scaled(c.scales)
-    clipped, clips = False, None
-    if clip:
+    clipped = False
+    if compensated:
+        block.configure(groups, chosen(kept), weights=_compensated(layer, stats))
+        if (e := block.error()) < best:
+            best = e
+        else:
+            compensated = False
+            block.configure(groups, chosen(kept))
+    if clip and not compensated:
         clips = {linear: search_clip(stats[linear], linear) for linear in clip_targets(layer)}
         block.configure(groups, chosen(kept), clips)
         if (e := block.error()) < best:
             clipped, best = True, e
         else:
-            clips = None
             block.configure(groups, chosen(kept))
-    if compensated:
-        weights = _compensated(layer, stats)
-        block.configure(groups, chosen(kept), clips, weights)
-        if (e := block.error()) < best:
-            best = e
-        else:
-            compensated = False
-            block.configure(groups, chosen(kept), clips)
     results = [GroupResult(i, g.name, c.alpha, c.error, c.plain_error, k) for g, c, k in zip(groups, choices, kept)]
     return results, clipped, compensated, (best, plain)
 
@@ -165,7 +167,9 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     either would change the embeddings' rows too), and clipping, each kept only if it lowers the
     KL divergence of the next-token distribution (FP head on the same hidden states) on the
     objective samples. Clipping is scored without being applied, so a tied model, which has
-    nothing else to try, needs no snapshot of its vocabulary-wide matrix to go back to."""
+    nothing else to try, needs no snapshot of its vocabulary-wide matrix to go back to. Unlike a
+    block's, the output's clipping stays before its compensation: the KL divergence sees the
+    model's end result, and no later block adds to a shrinkage here."""
     norm, head = output_modules(model)
     tied = output_is_tied(model)
     h_obj = h[:n_objective]
