@@ -43,19 +43,19 @@ def test_threads_above_physical_cores_warns():
     assert "exceeds" in threads_warning(1024)
 
 
-@pytest.mark.parametrize("kind,flag,engine", [("decode", "--n-gen", "binary"), ("prefill", "--n-prompt", "binary"),
+@pytest.mark.parametrize("kind,flag,runner", [("decode", "--n-gen", "binary"), ("prefill", "--n-prompt", "binary"),
                                               ("decode", "--n-gen", "python"), ("prefill", "--n-prompt", "python")])
-def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag, engine):
+def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag, runner):
     env = {"AWQ2GGUF_MODELS": str(tmp_path), "AWQ2GGUF_RESULTS": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"}
     # Place the synthetic F16 where bench looks for it, so it is not regenerated.
     (tmp_path / "synthetic-tiny-tied-f16.gguf").symlink_to(tiny_f16["tiny-tied"])
     proc = subprocess.run(
         [sys.executable, "-m", "awq2gguf.bench.cli", kind, "--shape", "tiny-tied", "--reps", "2",
-         "--threads", "1", flag, "8", "--engine", engine, "--json"],
+         "--threads", "1", flag, "8", "--runner", runner, "--json"],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert [b["build"] for b in report["builds"]] == ["stock", "patched"] and report["engine"] == engine
+    assert [b["build"] for b in report["builds"]] == ["stock", "patched"] and report["runner"] == runner
     for b in report["builds"]:
         assert len(b["tokens_per_s"]["samples"]) == 2 and b["tokens_per_s"]["median"] > 0
         assert b["peak_rss_mib"] > 1 and Path(b["model"]).name.endswith(f".{b['build']}.gguf")

@@ -10,7 +10,7 @@ import pytest
 
 from awq2gguf.bench import perplexity
 from awq2gguf.paths import DEFAULT_EVAL_TEXT
-from awq2gguf.dev_models import f16_gguf
+from awq2gguf.assets.dev_models import f16_gguf
 from conftest import run_kernel_test
 
 # Outputs are x0 c - x1 s with inputs in [-1, 1]: the cos/sin cache rounded to float (2^-24

@@ -14,7 +14,9 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from ..assets.synthetic import SHAPES as MODEL_SHAPES
 from ..paths import BUILD_DIR, ROOT
 from ..proc_io import Awq2ggufError, run_tool, tool_failure
 
@@ -32,14 +34,25 @@ class Shape:
     m: int  # activation rows: 1 = decode (GEMV), more = prefill (GEMM)
 
 
-# Qwen2.5-0.5B's matmuls (hidden 896, 2 KV heads of 64, FFN 4864), at decode and at a prefill
-# batch; 64 rows keep the emulated GEMM short and exercise the same kernel as 512.
-QWEN05_LAYER = [("attn_q", 896, 896), ("attn_k", 896, 128), ("attn_v", 896, 128), ("attn_output", 896, 896),
-                ("ffn_gate", 896, 4864), ("ffn_up", 896, 4864), ("ffn_down", 4864, 896)]
+# Qwen2.5-0.5B's matmuls, at decode and at a prefill batch; 64 rows keep the emulated GEMM short
+# and exercise the same kernel as 512.
+_QWEN05 = MODEL_SHAPES["qwen2.5-0.5b"]
+_E, _KV, _FF = _QWEN05.n_embd, _QWEN05.n_head_kv * _QWEN05.head_dim, _QWEN05.n_ff
+QWEN05_LAYER = [("attn_q", _E, _E), ("attn_k", _E, _KV), ("attn_v", _E, _KV), ("attn_output", _E, _E),
+                ("ffn_gate", _E, _FF), ("ffn_up", _E, _FF), ("ffn_down", _FF, _E)]
 SHAPES = [Shape(f"{name} decode", k, n, 1) for name, k, n in QWEN05_LAYER] + \
-         [Shape(f"{name} prefill x64", k, n, 64) for name, k, n in (("ffn_up", 896, 4864), ("ffn_down", 4864, 896))]
-# (target, build variant): SVE lengths on the i8mm/dotprod build, and the A64FX on its own build
-TARGETS = [("128", "sve"), ("256", "sve"), ("512", "sve"), ("a64fx", "a64fx")]
+         [Shape(f"{name} prefill x64", k, n, 64) for name, k, n in QWEN05_LAYER if name in ("ffn_up", "ffn_down")]
+
+
+class ArmTarget(NamedTuple):
+    variant: str  # the cross-built tree (scripts/build-arm.sh): sve (i8mm, dotprod) or a64fx
+    target: str   # what scripts/arm-run.sh runs it as: an SVE length in bits, or a64fx
+
+
+# The one list of ARM targets, for the tests and `bench arm`: the sve tree at every SVE length
+# QEMU takes up to 1024 bits, and the a64fx tree on QEMU's A64FX model.
+TARGETS = [ArmTarget("sve", "128"), ArmTarget("sve", "256"), ArmTarget("sve", "512"), ArmTarget("sve", "1024"),
+           ArmTarget("a64fx", "a64fx")]
 
 
 class ArmBenchError(Awq2ggufError):

@@ -13,15 +13,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..builds import BUILD_NAMES, get_build
-from ..dev_models import DEV_MODEL_NAMES, DEV_MODELS, f16_gguf, hf_folder
+from ..assets.dev_models import DEV_MODEL_NAMES, DEV_MODELS, f16_gguf, hf_folder
 from ..paths import DEFAULT_EVAL_TEXT, MODELS_DIR
 from ..proc_io import Awq2ggufError
-from ..synthetic import DEFAULT_SHAPE, SHAPES
+from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from . import ops as ops_mod
 from . import arm as arm_mod
 from . import awq_compare, perplexity, plots, results, roofline as roofline_mod, serve_load, tables
 from .accuracy import evaluate_model
-from .llama_bench import ENGINES, run_llama_bench
+from .llama_bench import RUNNERS, run_llama_bench
 from .machine import busy_warning, cpu_info, physical_cores, threads_warning
 from .models import dev_model_suite, quantized_by, synthetic_f16
 from .peak_rss import peak_disk
@@ -101,7 +101,7 @@ SPEED_OPTIONS = _options(
     THREADS, MODEL_OPTIONS,
     click.option("--reps", type=click.IntRange(min=1), default=5, show_default=True,
                  help="Repetitions per build, interleaved ABBA."),
-    click.option("--engine", type=click.Choice(sorted(ENGINES)), default="binary", show_default=True,
+    click.option("--runner", type=click.Choice(sorted(RUNNERS)), default="binary", show_default=True,
                  help="binary: the build's llama-bench; python: llama-cpp-python on the build's libllama.so."),
     JSON,
     click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Also draw an A/B bar chart (PNG)."),
@@ -155,13 +155,13 @@ def _finish(kind: str, report: dict, table: tables.Table, as_json: bool) -> None
     _log(f"saved {path}")
 
 
-def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt, n_gen):
+def _speed(kind, threads, model, shape, qtype, build_names, reps, runner, as_json, plot, n_prompt, n_gen):
     busy = _check_machine(threads)
     try:
         builds = [get_build(n) for n in build_names]
         models = _models(builds, model, shape, qtype)
         with _progress(f"{kind} runs", reps * len(builds)) as advance:
-            runs, interrupted = run_interleaved(ENGINES[engine], builds, models, threads, n_prompt, n_gen, reps,
+            runs, interrupted = run_interleaved(RUNNERS[runner], builds, models, threads, n_prompt, n_gen, reps,
                                                 on_run=advance)
     except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
@@ -169,7 +169,7 @@ def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_jso
         err.print("interrupted before one repetition of every build finished: nothing to report")
         sys.exit(130)
     report = {
-        "kind": kind, "engine": engine, "threads": threads, "reps": len(runs[0].runs), "n_prompt": n_prompt,
+        "kind": kind, "runner": runner, "threads": threads, "reps": len(runs[0].runs), "n_prompt": n_prompt,
         "n_gen": n_gen, "busy_warning": busy, "interrupted": interrupted,
         "builds": [r.summary() for r in runs],
         "ratios": {r.build: paired_ratios(r, runs[0]) for r in runs[1:]},
@@ -183,17 +183,17 @@ def _speed(kind, threads, model, shape, qtype, build_names, reps, engine, as_jso
 @main.command()
 @SPEED_OPTIONS
 @click.option("--n-gen", type=click.IntRange(min=1), default=128, show_default=True, help="Tokens generated per run.")
-def decode(threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_gen):
+def decode(threads, model, shape, qtype, build_names, reps, runner, as_json, plot, n_gen):
     """Decode speed (tg N): tokens/s, latency per 128 tokens, peak RSS, model size."""
-    _speed("decode", threads, model, shape, qtype, build_names, reps, engine, as_json, plot, 0, n_gen)
+    _speed("decode", threads, model, shape, qtype, build_names, reps, runner, as_json, plot, 0, n_gen)
 
 
 @main.command()
 @SPEED_OPTIONS
 @click.option("--n-prompt", type=click.IntRange(min=1), default=512, show_default=True, help="Prompt tokens per run.")
-def prefill(threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt):
+def prefill(threads, model, shape, qtype, build_names, reps, runner, as_json, plot, n_prompt):
     """Prompt processing speed (pp N): tokens/s, peak RSS, model size."""
-    _speed("prefill", threads, model, shape, qtype, build_names, reps, engine, as_json, plot, n_prompt, 0)
+    _speed("prefill", threads, model, shape, qtype, build_names, reps, runner, as_json, plot, n_prompt, 0)
 
 
 @main.command()
@@ -396,7 +396,7 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
     """Wall time, peak RSS (children included) and peak disk (temporary files and OUT) of
     `awq2gguf` with its defaults (self-sampled calibration, all-Q4_0 on the patched build) on a
     random-weight bf16 HF model of --shape, made once into the models folder."""
-    from ..synthetic_hf import write_synthetic_hf
+    from ..assets.synthetic_hf import write_synthetic_hf
 
     busy = _check_machine(threads)
     model_dir = MODELS_DIR / f"synthetic-{shape}-hf"
@@ -419,7 +419,7 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
 
 
 @main.command()
-@click.option("--target", "targets", multiple=True, type=click.Choice([t for t, _ in arm_mod.TARGETS]),
+@click.option("--target", "targets", multiple=True, type=click.Choice([t.target for t in arm_mod.TARGETS]),
               help="SVE length in bits, or a64fx; repeat for several. Default: all.")
 @click.option("--shape", "shape_names", multiple=True, type=click.Choice([s.name for s in arm_mod.SHAPES]),
               help="Matmul shape; repeat for several. Default: all.")
@@ -428,12 +428,12 @@ def arm(targets, shape_names, as_json):
     """Guest instruction counts of the Q4_0 matmuls of the cross-built ARM trees (`make arm-build`)
     under qemu-aarch64, patched/stock per SVE length and shape (Qwen2.5-0.5B's, at decode and at
     prefill). A deterministic proxy for work done, not time."""
-    runs = [(t, v) for t, v in arm_mod.TARGETS if not targets or t in targets]
+    runs = [t for t in arm_mod.TARGETS if not targets or t.target in targets]
     shapes = [s for s in arm_mod.SHAPES if not shape_names or s.name in shape_names]
     rows = []
     try:
         with _progress("counting guest instructions under QEMU", len(runs) * len(shapes)) as advance:
-            for target, variant in runs:
+            for variant, target in runs:
                 for shape in shapes:
                     counts = {b: arm_mod.matmul_insns(b, variant, target, shape) for b in ("stock", "patched")}
                     rows.append({"target": target, "shape": shape.name, "k": shape.k, "n": shape.n, "m": shape.m,

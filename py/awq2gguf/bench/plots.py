@@ -23,7 +23,7 @@ def speed_bars(report: dict, out: Path) -> None:
         ax.annotate(f"{m:.1f}", (i, m / 2), ha="center", va="center", color="white", fontweight="bold")
     ax.set_ylabel("tokens/s")
     test = f"tg{report['n_gen']}" if report["kind"] == "decode" else f"pp{report['n_prompt']}"
-    ax.set_title(f"{report['kind']} {test}, {report['threads']} thread(s), {report['engine']}")
+    ax.set_title(f"{report['kind']} {test}, {report['threads']} thread(s), {report['runner']}")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..gguf_tensors import TensorInfo, read_tensor_infos
+from .gguf_tensors import TensorInfo, read_tensor_infos
 from ..paths import BUILD_DIR
 from ..proc_io import run_tool
 from .machine import cpu_info, physical_cores

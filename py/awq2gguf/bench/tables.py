@@ -26,7 +26,7 @@ def speed_table(report: dict) -> Table:
     decode = report["kind"] == "decode"
     test = f"tg{report['n_gen']}" if decode else f"pp{report['n_prompt']}"
     base = report["builds"][0]["build"]
-    title = (f"{report['kind']} ({test}, {report['engine']}): {report['threads']} thread(s), "
+    title = (f"{report['kind']} ({test}, {report['runner']}): {report['threads']} thread(s), "
              f"{report['reps']} interleaved reps, median (min-max)")
     headers = ["build", "model", "size MiB", "tokens/s", *(["ms / 128 tok"] if decode else []),
                "peak RSS MiB", f"vs {base}"]
