@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..assets.synthetic import SHAPES as MODEL_SHAPES
+from ..builds import get_build
 from ..paths import BUILD_DIR, ROOT
-from ..proc_io import Awq2ggufError, run_tool, tool_failure
+from ..proc_io import Awq2ggufError, tool_failure
 
-PLUGIN_SRC = Path(__file__).with_name("qemu_insn_count.c")
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
 PROXY_NOTE = ("guest instructions counted by QEMU: a deterministic proxy for work done, not a measurement of time "
               "(no bandwidth, latency or issue width)")
@@ -59,16 +59,6 @@ class ArmBenchError(Awq2ggufError):
     pass
 
 
-def plugin() -> Path:
-    """The counting plugin, compiled for this host on first use (or when its source changes)."""
-    lib = BUILD_DIR / "tools" / "libqemu_insn_count.so"
-    if not lib.is_file() or lib.stat().st_mtime < PLUGIN_SRC.stat().st_mtime:
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        run_tool([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", str(PLUGIN_SRC), "-o", str(lib)],
-                 f"compiling {PLUGIN_SRC}", error=ArmBenchError)
-    return lib
-
-
 def bin_dir(build: str, variant: str) -> Path:
     """Where scripts/build-arm.sh puts the programs of one cross-built tree."""
     return BUILD_DIR / f"arm-{variant}-{build}" / "bin"
@@ -84,7 +74,8 @@ def workload(build: str, variant: str) -> Path:
 def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "count.txt"
-        env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin()))
+        plugin = get_build("patched").tool("libqemu_insn_count.so")  # a host program: built with the x86 tree
+        env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin))
         proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
                               env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0 or not out.is_file():
