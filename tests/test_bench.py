@@ -102,3 +102,23 @@ def test_busy_machine_guard_triggers_under_load():
         for p in spinners:
             p.kill()
             p.wait()
+
+
+def test_every_saved_report_loads_back_into_its_type_and_renders():
+    """bench report must keep reading the committed results: each raw JSON becomes its report type
+    unchanged (no field lost or invented) and renders a table with a row per entry."""
+    from awq2gguf.bench import results, tables
+    from awq2gguf.bench.cli import COMMANDS
+    from awq2gguf.bench.reports import REPORT_TYPES
+
+    assert {c.name for c in COMMANDS} == set(REPORT_TYPES)
+    raw = sorted((Path(__file__).parents[1] / "bench" / "results" / "raw").glob("*.json"))
+    assert raw
+    for path in raw:
+        data = json.loads(path.read_text())
+        report = results.load(path)
+        assert type(report) is REPORT_TYPES[data["kind"]]
+        assert {k: v for k, v in report.to_json().items() if k in data} == data, path.name
+        table = report.titled_table()
+        assert table.rows and all(len(row) == len(table.headers) for row in table.rows), path.name
+        assert tables.markdown(table).count("\n| ") == len(table.rows) + 2  # the header, its rule, the rows
