@@ -81,7 +81,7 @@ autoawq: $(STAMPS)/autoawq
 # The main job on its default model: SmolLM2-135M-Instruct (from a PyPI wheel) as a HF folder,
 # quantized with AWQ calibrated on text the model samples itself; then the speed A/B.
 run: setup builds
-	model=$$($(VPY) -c "from awq2gguf.dev_models import hf_folder; print(hf_folder('smollm2'))") && \
+	model=$$($(VPY) -c "from awq2gguf.assets.dev_models import hf_folder; print(hf_folder('smollm2'))") && \
 	    $(VENV)/bin/awq2gguf "$$model" "$$(dirname "$$model")/smollm2-135m-instruct-awq-Q4_0.gguf"
 	$(VENV)/bin/bench decode
 

@@ -25,24 +25,16 @@ source scripts/cmake-common.sh
 
 # OpenMP off: ggml's own thread pool links statically without a cross libgomp, and the checks
 # run single-threaded anyway (instruction counts need it).
-configure_build_dir "$out" "arm-$variant-$name" \
-    -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
-    -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ \
-    -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static \
-    -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH="$march" -DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF \
-    -DLLAMA_BUILD_TESTS=OFF
+args=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64
+      -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++
+      -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static
+      -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH="$march" -DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF
+      -DLLAMA_BUILD_TESTS=OFF)
+configure_build_dir "$out" "arm-$variant-$name" "${args[@]}"
 # The end-to-end check (llama-perplexity under QEMU) runs on the sve variant only.
 targets=(ggml)
 [ "$variant" = sve ] && targets+=(llama-perplexity)
 cmake --build "$out" --config Release -j "$jobs" --target "${targets[@]}"
-
 # Our kernel tests and the bench arm workload, against this build's static ggml.
-libs=("$out/ggml/src/libggml.a" "$out/ggml/src/libggml-cpu.a" "$out/ggml/src/libggml-base.a")
-for test in tests/kernels/*.cpp py/awq2gguf/bench/mul_mat_q4_0.cpp; do
-    exe=$out/bin/$(basename "$test" .cpp)
-    if [ ! -x "$exe" ] || [ -n "$(find "$test" "${libs[@]}" -newer "$exe" 2>/dev/null)" ]; then
-        aarch64-linux-gnu-g++ -O2 -std=c++17 -march="$march" -static -I "$src/ggml/include" "$test" \
-            -Wl,--start-group "${libs[@]}" -Wl,--end-group -lpthread -lm -o "$exe"
-    fi
-done
+build_native "$out" "${args[@]}"
 echo "build-arm: $out/bin ready ($name, $variant)"

@@ -21,6 +21,8 @@ targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity
 native=()
 [ "$(uname -m)" = x86_64 ] && native=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
                                       "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
-configure_build_dir "$out" "$name" -DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON "${native[@]}"
+args=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON "${native[@]}")
+configure_build_dir "$out" "$name" "${args[@]}"
 cmake --build "$out" --config Release -j "$jobs" --target "${targets[@]}"
+build_native "$out" "${args[@]}"
 echo "build: $out/bin ready ($name)"

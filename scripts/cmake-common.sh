@@ -1,7 +1,7 @@
 # Sourced by build.sh and build-arm.sh: checks the source tree, sets the cmake arguments both
 # use and defines configure_build_dir. ccache, when installed, makes a rebuild in a fresh clone on the
 # same machine cheap.
-# Expects $src and $tag (the script's name for messages).
+# Expects $src, $tag (the script's name for messages) and $jobs.
 if [ ! -f "$src/CMakeLists.txt" ]; then
     echo "$tag: $src has no llama.cpp source; run 'make vendor' first" >&2
     exit 1
@@ -35,6 +35,17 @@ configure_build_dir() {
     mkdir -p "$out"
     cmake -S "$src" -B "$out" "${args[@]}" >"$out.configure.log" 2>&1 || { cat "$out.configure.log" >&2; exit 1; }
     printf '%s\n' "$want" >"$stamp"
+}
+
+# The toolkit's own C/C++ programs (native/CMakeLists.txt: kernel tests, bench helpers) against
+# the tree just built in $1, configured with that tree's arguments (the rest) so they are compiled
+# the way it was; they land in its bin/.
+build_native() {
+    local out=$1 tree_src
+    shift
+    tree_src=$(realpath "$src")
+    src=native configure_build_dir "$out/native" native "$@" -DLLAMA_SRC="$tree_src" -DLLAMA_BUILD="$(realpath "$out")"
+    cmake --build "$out/native" -j "$jobs"
 }
 
 # What a configure depends on: its arguments, the compilers they name (or cc/c++) with their

@@ -1,5 +1,4 @@
 import codecs
-import os
 import subprocess
 import this
 from pathlib import Path
@@ -8,10 +7,10 @@ import pytest
 
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
-from awq2gguf.dev_models import f16_gguf
+from awq2gguf.assets.dev_models import f16_gguf
 from awq2gguf.quantize import quantize
-from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
-from awq2gguf.synthetic_hf import write_synthetic_hf
+from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
+from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,17 +72,10 @@ def calib_text(tmp_path_factory):
     return path
 
 
-def run_kernel_test(build, name: str, out_dir: Path, *args: str, flags: tuple[str, ...] = (), variant: str = "") -> str:
-    """Compile tests/kernels/NAME.cpp (with extra compiler flags, named by variant) against the
-    build's ggml and return what it prints."""
-    exe = out_dir / f"{Path(name).name}{variant}-{build.name}"
-    if not exe.exists():
-        src = REPO / "vendor" / "llama.cpp"
-        subprocess.run([os.environ.get("CXX", "c++"), "-O2", "-std=c++17", *flags, str(REPO / "tests" / "kernels" / f"{name}.cpp"),
-                        "-o", str(exe), "-I", str(src / "ggml" / "include"), "-I", str(src / "ggml" / "src"),
-                        "-L", str(build.lib_dir), f"-Wl,-rpath,{build.lib_dir}", "-lggml", "-lggml-base", "-lggml-cpu"],
-                       check=True)
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, check=True).stdout
+def run_kernel_test(build, name: str, *args: str) -> str:
+    """What the build's copy of a kernel test (tests/kernels, built into its bin/ by
+    native/CMakeLists.txt with the tree's own flags) prints."""
+    return subprocess.run([str(build.tool(name)), *args], capture_output=True, text=True, check=True).stdout
 
 
 def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:

@@ -8,12 +8,10 @@ import subprocess
 import pytest
 from conftest import REPO
 
-from awq2gguf.bench.arm import bin_dir
+from awq2gguf.bench.arm import TARGETS, bin_dir
 
 pytestmark = pytest.mark.slow  # needs the aarch64 cross builds (make arm-build)
 ARM_RUN = REPO / "scripts" / "arm-run.sh"
-# (variant, target): the sve build (i8mm, dotprod) at each length, the a64fx build as an A64FX
-TARGETS = [("sve", "128"), ("sve", "256"), ("sve", "512"), ("sve", "1024"), ("a64fx", "a64fx")]
 VEC_DOT_TOLERANCE = 1e-4  # relative to the sum of |block dots|; x86 kernels reach 8e-6
 KERNEL_TOLERANCE = 1e-5
 MUL_MAT_TOLERANCE = 1e-4
@@ -95,7 +93,7 @@ def test_patched_arm_logits_are_no_further_from_x86_than_stock_arms(builds, cali
     against the x86 stock build's logits: the patched ARM tree must not drift further than stock."""
     from awq2gguf.bench.models import quantized_by
     from awq2gguf.bench.perplexity import on_text, parse_kld_stats
-    from awq2gguf.dev_models import f16_gguf
+    from awq2gguf.assets.dev_models import f16_gguf
 
     model = quantized_by(builds["patched"], f16_gguf("smollm2"), "Q4_0")
     base = tmp_path / "x86-stock.kld"

@@ -8,7 +8,7 @@ from awq2gguf.bench.awq_compare import calibration_file
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.cli import main
 from awq2gguf.paths import DEFAULT_EVAL_TEXT
-from awq2gguf.dev_models import f16_gguf, hf_folder
+from awq2gguf.assets.dev_models import f16_gguf, hf_folder
 
 
 @pytest.mark.slow

@@ -2,19 +2,19 @@
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+import transformers
+from transformers import AutoModelForCausalLM
 
 from awq2gguf.awq.fold import fold_scales
-from awq2gguf.awq.layout import UnsupportedArchitecture, check_architecture, scale_groups
-
-CONFIGS = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+from awq2gguf.awq.layout import ARCHITECTURES, UnsupportedArchitecture, check_architecture, scale_groups
 
 
 def tiny(arch: str, n_kv_heads: int):
     torch.manual_seed(0)
-    config = CONFIGS[arch](vocab_size=512, hidden_size=128, intermediate_size=320, num_hidden_layers=2,
-                           num_attention_heads=4, num_key_value_heads=n_kv_heads, head_dim=32,
-                           max_position_embeddings=256, architectures=[f"{arch.capitalize()}ForCausalLM"])
+    config_class = getattr(transformers, ARCHITECTURES[arch])
+    config = config_class(vocab_size=512, hidden_size=128, intermediate_size=320, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=n_kv_heads, head_dim=32,
+                          max_position_embeddings=256, architectures=[arch])
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # non-trivial norms and biases, so that a wrong fold shows
         for name, p in model.named_parameters():
@@ -23,7 +23,7 @@ def tiny(arch: str, n_kv_heads: int):
     return model
 
 
-@pytest.mark.parametrize("arch", sorted(CONFIGS))
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 @pytest.mark.parametrize("n_kv_heads", [4, 2])
 def test_folded_scales_leave_logits_unchanged(arch, n_kv_heads):
     model = tiny(arch, n_kv_heads)
@@ -44,7 +44,7 @@ def test_folded_scales_leave_logits_unchanged(arch, n_kv_heads):
 
 def test_a_wrong_fold_changes_the_logits():
     """The check above can fail: scaling consumers alone changes the function."""
-    model = tiny("llama", 4)
+    model = tiny("LlamaForCausalLM", 4)
     tokens = torch.randint(0, 512, (1, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         before = model(tokens).logits

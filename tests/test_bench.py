@@ -43,19 +43,19 @@ def test_threads_above_physical_cores_warns():
     assert "exceeds" in threads_warning(1024)
 
 
-@pytest.mark.parametrize("kind,flag,engine", [("decode", "--n-gen", "binary"), ("prefill", "--n-prompt", "binary"),
+@pytest.mark.parametrize("kind,flag,runner", [("decode", "--n-gen", "binary"), ("prefill", "--n-prompt", "binary"),
                                               ("decode", "--n-gen", "python"), ("prefill", "--n-prompt", "python")])
-def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag, engine):
+def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag, runner):
     env = {"AWQ2GGUF_MODELS": str(tmp_path), "AWQ2GGUF_RESULTS": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"}
     # Place the synthetic F16 where bench looks for it, so it is not regenerated.
     (tmp_path / "synthetic-tiny-tied-f16.gguf").symlink_to(tiny_f16["tiny-tied"])
     proc = subprocess.run(
         [sys.executable, "-m", "awq2gguf.bench.cli", kind, "--shape", "tiny-tied", "--reps", "2",
-         "--threads", "1", flag, "8", "--engine", engine, "--json"],
+         "--threads", "1", flag, "8", "--runner", runner, "--json"],
         env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    assert [b["build"] for b in report["builds"]] == ["stock", "patched"] and report["engine"] == engine
+    assert [b["build"] for b in report["builds"]] == ["stock", "patched"] and report["runner"] == runner
     for b in report["builds"]:
         assert len(b["tokens_per_s"]["samples"]) == 2 and b["tokens_per_s"]["median"] > 0
         assert b["peak_rss_mib"] > 1 and Path(b["model"]).name.endswith(f".{b['build']}.gguf")
@@ -102,3 +102,23 @@ def test_busy_machine_guard_triggers_under_load():
         for p in spinners:
             p.kill()
             p.wait()
+
+
+def test_every_saved_report_loads_back_into_its_type_and_renders():
+    """bench report must keep reading the committed results: each raw JSON becomes its report type
+    unchanged (no field lost or invented) and renders a table with a row per entry."""
+    from awq2gguf.bench import results, tables
+    from awq2gguf.bench.cli import COMMANDS
+    from awq2gguf.bench.reports import REPORT_TYPES
+
+    assert {c.name for c in COMMANDS} == set(REPORT_TYPES)
+    raw = sorted((Path(__file__).parents[1] / "bench" / "results" / "raw").glob("*.json"))
+    assert raw
+    for path in raw:
+        data = json.loads(path.read_text())
+        report = results.load(path)
+        assert type(report) is REPORT_TYPES[data["kind"]]
+        assert {k: v for k, v in report.to_json().items() if k in data} == data, path.name
+        table = report.titled_table()
+        assert table.rows and all(len(row) == len(table.headers) for row in table.rows), path.name
+        assert tables.markdown(table).count("\n| ") == len(table.rows) + 2  # the header, its rule, the rows

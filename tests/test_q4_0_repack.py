@@ -17,9 +17,8 @@ _GET_ROWS = re.compile(r"get_rows K=(\d+) N=(\d+) (unsupported|mismatches (\d+))
 
 
 @pytest.fixture(scope="module")
-def reports(builds, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("q4_0_repack")
-    return {name: run_kernel_test(build, "q4_0_repack", tmp, "2") for name, build in builds.items()}
+def reports(builds):
+    return {name: run_kernel_test(build, "q4_0_repack", "2") for name, build in builds.items()}
 
 
 @pytest.mark.parametrize("build_name", ["stock", "patched"])

@@ -5,7 +5,7 @@ from gguf import GGMLQuantizationType as T
 
 from awq2gguf.bench.roofline import (Int8Peak, decode_bytes_per_token, int8_ops_per_cycle,
                                      prefill_ops_per_token)
-from awq2gguf.gguf_tensors import TensorInfo
+from awq2gguf.bench.gguf_tensors import TensorInfo
 
 # A two-matrix model with a 10-token vocabulary and hidden size 64.
 EMBD = TensorInfo("token_embd.weight", (64, 10), T.Q4_0)     # 10 rows x 2 blocks x 18 bytes = 360

@@ -10,7 +10,7 @@ import pytest
 
 from awq2gguf.bench import perplexity
 from awq2gguf.paths import DEFAULT_EVAL_TEXT
-from awq2gguf.dev_models import f16_gguf
+from awq2gguf.assets.dev_models import f16_gguf
 from conftest import run_kernel_test
 
 # Outputs are x0 c - x1 s with inputs in [-1, 1]: the cos/sin cache rounded to float (2^-24
@@ -19,15 +19,14 @@ PATCHED_BOUND = 4e-7
 _LINE = re.compile(r"case (\S+) max_abs_err (\S+) at_pos (-?\d+)")
 
 
-def rope_errors(build, tmp_path) -> dict[str, tuple[float, int]]:
-    out = run_kernel_test(build, "rope_accuracy", tmp_path, "2")
+def rope_errors(build) -> dict[str, tuple[float, int]]:
+    out = run_kernel_test(build, "rope_accuracy", "2")
     return {m[1]: (float(m[2]), int(m[3])) for m in _LINE.finditer(out)}
 
 
 @pytest.fixture(scope="module")
-def errors(builds, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("rope")
-    return {name: rope_errors(build, tmp) for name, build in builds.items()}
+def errors(builds):
+    return {name: rope_errors(build) for name, build in builds.items()}
 
 
 def test_patched_rope_is_within_bound_of_exact_math_at_every_position(errors):

@@ -9,7 +9,7 @@ import pytest
 from gguf import GGUFReader
 
 from awq2gguf.convert import ConvertError, convert_hf_to_gguf
-from awq2gguf.dev_models import f16_gguf, hf_folder
+from awq2gguf.assets.dev_models import f16_gguf, hf_folder
 
 PROMPT = "The capital of France is Paris. The capital of Germany is"
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from gguf import GGUFReader
 
-from awq2gguf.synthetic import SHAPES, write_synthetic_gguf
+from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
 
 
 def sha(path):
@@ -43,7 +43,7 @@ def test_gguf_has_the_shapes_and_the_qwen2_tokenizer(tiny_f16):
     for name, s in shape.tensor_shapes():
         # GGUF lists dimensions innermost first.
         assert tuple(int(d) for d in tensors[name].shape) == tuple(reversed(s)), name
-    assert len(reader.fields["tokenizer.ggml.tokens"].data) == 151936
+    assert len(reader.fields["tokenizer.ggml.tokens"].data) == shape.n_vocab
     assert reader.fields["tokenizer.ggml.pre"].contents() == "qwen2"
     w = np.asarray(tensors["blk.0.ffn_up.weight"].data, dtype=np.float32)
     assert 0.015 < w.std() < 0.025

@@ -13,7 +13,10 @@ from torch import nn
 
 from ..proc_io import Awq2ggufError
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+# Every architecture awq2gguf takes, with its transformers config class (for random test models).
+ARCHITECTURES = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
+                 "Qwen2ForCausalLM": "Qwen2Config", "Qwen3ForCausalLM": "Qwen3Config"}
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
 
 class UnsupportedArchitecture(Awq2ggufError):

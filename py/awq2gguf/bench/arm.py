@@ -14,11 +14,13 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
+from ..assets.synthetic import SHAPES as MODEL_SHAPES
+from ..builds import get_build
 from ..paths import BUILD_DIR, ROOT
-from ..proc_io import Awq2ggufError, run_tool, tool_failure
+from ..proc_io import Awq2ggufError, tool_failure
 
-PLUGIN_SRC = Path(__file__).with_name("qemu_insn_count.c")
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
 PROXY_NOTE = ("guest instructions counted by QEMU: a deterministic proxy for work done, not a measurement of time "
               "(no bandwidth, latency or issue width)")
@@ -32,28 +34,29 @@ class Shape:
     m: int  # activation rows: 1 = decode (GEMV), more = prefill (GEMM)
 
 
-# Qwen2.5-0.5B's matmuls (hidden 896, 2 KV heads of 64, FFN 4864), at decode and at a prefill
-# batch; 64 rows keep the emulated GEMM short and exercise the same kernel as 512.
-QWEN05_LAYER = [("attn_q", 896, 896), ("attn_k", 896, 128), ("attn_v", 896, 128), ("attn_output", 896, 896),
-                ("ffn_gate", 896, 4864), ("ffn_up", 896, 4864), ("ffn_down", 4864, 896)]
+# Qwen2.5-0.5B's matmuls, at decode and at a prefill batch; 64 rows keep the emulated GEMM short
+# and exercise the same kernel as 512.
+_QWEN05 = MODEL_SHAPES["qwen2.5-0.5b"]
+_E, _KV, _FF = _QWEN05.n_embd, _QWEN05.n_head_kv * _QWEN05.head_dim, _QWEN05.n_ff
+QWEN05_LAYER = [("attn_q", _E, _E), ("attn_k", _E, _KV), ("attn_v", _E, _KV), ("attn_output", _E, _E),
+                ("ffn_gate", _E, _FF), ("ffn_up", _E, _FF), ("ffn_down", _FF, _E)]
 SHAPES = [Shape(f"{name} decode", k, n, 1) for name, k, n in QWEN05_LAYER] + \
-         [Shape(f"{name} prefill x64", k, n, 64) for name, k, n in (("ffn_up", 896, 4864), ("ffn_down", 4864, 896))]
-# (target, build variant): SVE lengths on the i8mm/dotprod build, and the A64FX on its own build
-TARGETS = [("128", "sve"), ("256", "sve"), ("512", "sve"), ("a64fx", "a64fx")]
+         [Shape(f"{name} prefill x64", k, n, 64) for name, k, n in QWEN05_LAYER if name in ("ffn_up", "ffn_down")]
+
+
+class ArmTarget(NamedTuple):
+    variant: str  # the cross-built tree (scripts/build-arm.sh): sve (i8mm, dotprod) or a64fx
+    target: str   # what scripts/arm-run.sh runs it as: an SVE length in bits, or a64fx
+
+
+# The one list of ARM targets, for the tests and `bench arm`: the sve tree at every SVE length
+# QEMU takes up to 1024 bits, and the a64fx tree on QEMU's A64FX model.
+TARGETS = [ArmTarget("sve", "128"), ArmTarget("sve", "256"), ArmTarget("sve", "512"), ArmTarget("sve", "1024"),
+           ArmTarget("a64fx", "a64fx")]
 
 
 class ArmBenchError(Awq2ggufError):
     pass
-
-
-def plugin() -> Path:
-    """The counting plugin, compiled for this host on first use (or when its source changes)."""
-    lib = BUILD_DIR / "tools" / "libqemu_insn_count.so"
-    if not lib.is_file() or lib.stat().st_mtime < PLUGIN_SRC.stat().st_mtime:
-        lib.parent.mkdir(parents=True, exist_ok=True)
-        run_tool([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-O2", str(PLUGIN_SRC), "-o", str(lib)],
-                 f"compiling {PLUGIN_SRC}", error=ArmBenchError)
-    return lib
 
 
 def bin_dir(build: str, variant: str) -> Path:
@@ -71,7 +74,8 @@ def workload(build: str, variant: str) -> Path:
 def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "count.txt"
-        env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin()))
+        plugin = get_build("patched").tool("libqemu_insn_count.so")  # a host program: built with the x86 tree
+        env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin))
         proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
                               env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0 or not out.is_file():

@@ -1,4 +1,4 @@
-"""One speed run of one build, with the child's own peak RSS, by one of two engines:
+"""One speed run of one build, with the child's own peak RSS, by one of two runners:
 the built llama-bench binary, or llama-cpp-python loading the build's libllama.so."""
 
 from __future__ import annotations
@@ -51,9 +51,9 @@ def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_ge
 
 
 def run_llama_cpp_python(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
-    cmd = [sys.executable, "-m", "awq2gguf.bench.py_engine", str(model), str(threads), str(n_prompt), str(n_gen)]
+    cmd = [sys.executable, "-m", "awq2gguf.bench.py_runner", str(model), str(threads), str(n_prompt), str(n_gen)]
     out, peak_rss = _measured(build, cmd, "llama-cpp-python run", model)
     return Run(json.loads(out.strip().splitlines()[-1])["tokens_per_s"], peak_rss)
 
 
-ENGINES = {"binary": run_llama_bench, "python": run_llama_cpp_python}
+RUNNERS = {"binary": run_llama_bench, "python": run_llama_cpp_python}

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..builds import Build, get_build
-from ..dev_models import f16_gguf
+from ..assets.dev_models import f16_gguf
 from ..paths import MODELS_DIR
 from ..quantize import quantize
-from ..synthetic import SHAPES, write_synthetic_gguf
+from ..assets.synthetic import SHAPES, write_synthetic_gguf
 
 
 def synthetic_f16(shape_name: str, log=print) -> Path:

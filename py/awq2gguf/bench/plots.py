@@ -10,9 +10,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def speed_bars(report: dict, out: Path) -> None:
-    """Median tokens/s per build with min-max whiskers."""
-    builds = report["builds"]
+def speed_bars(report, out: Path) -> None:
+    """Median tokens/s per build with min-max whiskers (a commands.speed.SpeedReport)."""
+    builds = report.builds
     names = [b["build"] for b in builds]
     med = [b["tokens_per_s"]["median"] for b in builds]
     low = [m - b["tokens_per_s"]["min"] for m, b in zip(med, builds)]
@@ -22,16 +22,15 @@ def speed_bars(report: dict, out: Path) -> None:
     for i, m in enumerate(med):
         ax.annotate(f"{m:.1f}", (i, m / 2), ha="center", va="center", color="white", fontweight="bold")
     ax.set_ylabel("tokens/s")
-    test = f"tg{report['n_gen']}" if report["kind"] == "decode" else f"pp{report['n_prompt']}"
-    ax.set_title(f"{report['kind']} {test}, {report['threads']} thread(s), {report['engine']}")
+    ax.set_title(f"{report.kind} {report.test}, {report.threads} thread(s), {report.runner}")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
 
 
-def accuracy_vs_size(report: dict, out: Path) -> None:
-    """Perplexity and MC average against file size, one point per model."""
-    rows = report["rows"]
+def accuracy_vs_size(report, out: Path) -> None:
+    """Perplexity and MC average against file size, one point per model (a commands.eval.EvalReport)."""
+    rows = report.rows
     fig, axes = plt.subplots(1, 2 if any("mc_average" in r for r in rows) else 1, figsize=(9, 3.5), squeeze=False)
     panels = [("ppl", "perplexity (lower is better)", 1)]
     if axes.shape[1] == 2:
@@ -44,7 +43,7 @@ def accuracy_vs_size(report: dict, out: Path) -> None:
                             xytext=(4, 4), textcoords="offset points")
         ax.set_xlabel("file size, MiB")
         ax.set_ylabel(label)
-    fig.suptitle(f"accuracy vs size ({report['build']} build)")
+    fig.suptitle(f"accuracy vs size ({report.build} build)")
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

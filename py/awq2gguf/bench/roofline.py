@@ -16,28 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..gguf_tensors import TensorInfo, read_tensor_infos
-from ..paths import BUILD_DIR
 from ..proc_io import run_tool
+from .gguf_tensors import TensorInfo, read_tensor_infos
 from .machine import cpu_info, physical_cores
 
-STREAM_SRC = Path(__file__).with_name("stream.c")
 
-
-def stream_binary() -> Path:
-    """The STREAM kernel, compiled for this CPU on first use (or when its source changes)."""
-    exe = BUILD_DIR / "tools" / "stream"
-    if not exe.is_file() or exe.stat().st_mtime < STREAM_SRC.stat().st_mtime:
-        exe.parent.mkdir(parents=True, exist_ok=True)
-        cc = os.environ.get("CC", "cc")
-        run_tool([cc, "-O3", "-march=native", "-fopenmp", str(STREAM_SRC), "-o", str(exe)], f"compiling {STREAM_SRC}")
-    return exe
-
-
-def measure_bandwidth(threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
-    """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays."""
+def measure_bandwidth(build: Build, threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
+    """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays, by the STREAM kernel
+    (stream.c) the x86 build carries."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
-    return json.loads(run_tool([str(stream_binary()), str(n_elements), str(reps)], "STREAM", env).stdout)
+    return json.loads(run_tool([str(build.tool("stream")), str(n_elements), str(reps)], "STREAM", env).stdout)
 
 
 def decode_bytes_per_token(tensors: list[TensorInfo]) -> int:

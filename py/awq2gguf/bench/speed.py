@@ -40,7 +40,7 @@ def paired_ratios(a: BuildResult, b: BuildResult) -> dict:
     return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "samples": ratios}
 
 
-def run_interleaved(engine: Callable[..., Run], builds: list[Build], models: dict[str, Path], threads: int,
+def run_interleaved(runner: Callable[..., Run], builds: list[Build], models: dict[str, Path], threads: int,
                     n_prompt: int, n_gen: int, reps: int,
                     on_run: Callable[[], None] = lambda: None) -> tuple[list[BuildResult], bool]:
     """Alternate the builds in ABBA order each repetition, so slow drifts of the machine
@@ -52,7 +52,7 @@ def run_interleaved(engine: Callable[..., Run], builds: list[Build], models: dic
         for rep in range(reps):
             order = builds if rep % 2 == 0 else builds[::-1]
             for build in order:
-                results[build.name].runs.append(engine(build, models[build.name], threads, n_prompt, n_gen))
+                results[build.name].runs.append(runner(build, models[build.name], threads, n_prompt, n_gen))
                 on_run()
     except KeyboardInterrupt:
         complete = min(len(r.runs) for r in results.values())

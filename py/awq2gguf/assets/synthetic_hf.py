@@ -11,11 +11,10 @@ from pathlib import Path
 
 import torch
 
-from .proc_io import atomic_path
+from ..awq.layout import ARCHITECTURES
+from ..proc_io import atomic_path
 from .synthetic import QWEN2_VOCAB, ModelShape
 
-CONFIGS = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
-           "Qwen2ForCausalLM": "Qwen2Config", "Qwen3ForCausalLM": "Qwen3Config"}
 
 
 def qwen2_tokenizer():
@@ -31,7 +30,7 @@ def write_synthetic_hf(shape: ModelShape, out: Path, arch: str = "Qwen2ForCausal
     """`shape` as a HF folder of `arch` (weights in `dtype`, as checkpoints ship); same seed, same weights."""
     import transformers
 
-    config = getattr(transformers, CONFIGS[arch])(
+    config = getattr(transformers, ARCHITECTURES[arch])(
         vocab_size=shape.n_vocab, hidden_size=shape.n_embd, intermediate_size=shape.n_ff,
         num_hidden_layers=shape.n_layer, num_attention_heads=shape.n_head, num_key_value_heads=shape.n_head_kv,
         head_dim=shape.head_dim, max_position_embeddings=shape.n_ctx_train, rope_theta=shape.rope_theta,

@@ -15,7 +15,7 @@ import numpy as np
 from gguf import GGMLQuantizationType
 
 from .gguf_write import atomic_writer, copy_fields
-from .paths import VENDOR_SRC
+from ..paths import VENDOR_SRC
 
 QWEN2_VOCAB = VENDOR_SRC / "models" / "ggml-vocab-qwen2.gguf"
 N_VOCAB_QWEN2 = 151936

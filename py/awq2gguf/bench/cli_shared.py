@@ -1,0 +1,127 @@
+"""What the bench commands share: option groups declared once, their parsers, the progress bar,
+the busy-machine check, the default models, and how a finished report is saved and printed."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from ..assets.dev_models import DEV_MODEL_NAMES
+from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
+from ..builds import BUILD_NAMES
+from ..paths import DEFAULT_EVAL_TEXT
+from . import results, tables
+from .machine import busy_warning, cpu_info, physical_cores, threads_warning
+from .models import quantized_by, synthetic_f16
+from .reports import Report
+
+err = Console(stderr=True)
+
+
+def log(msg: str) -> None:
+    err.print(f"[dim]{msg}[/]")
+
+
+def parse_builds(_ctx, _param, value: str) -> list[str]:
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BUILD_NAMES]
+    if unknown or not names:
+        raise click.BadParameter(f"unknown build(s) {', '.join(unknown) or '(none)'}; "
+                                 f"choose from {', '.join(BUILD_NAMES)}")
+    return names
+
+
+def comma_ints(value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+
+
+def options(*opts):
+    """Several click options as one decorator."""
+    def apply(f):
+        for option in reversed(opts):
+            f = option(f)
+        return f
+    return apply
+
+
+THREADS = click.option("--threads", "-t", type=click.IntRange(min=1), default=physical_cores,
+                       show_default="physical cores", help="Threads for every run.")
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
+DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],
+                         show_default=True, help="Development model (rebuilt from PyPI wheels): smollm2 is "
+                         "SmolLM2-135M-Instruct, qwen-coder is Qwen2.5-Coder-0.5B-Instruct.")
+BUILD = click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
+                     help="Build that makes and runs every model.")
+BUILDS = click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=parse_builds,
+                      help="Comma-separated builds to compare; ratios are against the first.")
+SHAPE = click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+                     help="Synthetic model shape used when --model is not given.")
+QTYPE = click.option("--qtype", default="Q4_0", show_default=True, help="Quantization of the synthetic model.")
+MODEL_OPTIONS = options(
+    click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="GGUF to run on every build. Default: the synthetic --shape model, quantized to --qtype "
+                      "by each build's own llama-quantize (so each build runs the file it makes)."),
+    SHAPE, QTYPE, BUILDS)
+# The perplexity text and windows of `bench eval` and `bench awq`.
+PERPLEXITY_TEXT = options(
+    click.option("--text", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_EVAL_TEXT,
+                 show_default="$AWQ2GGUF_EVAL_TEXT or ../shared/data/wikitext-2-raw-test.txt",
+                 help="WikiText-2 raw test text: perplexity on its start (bench awq: calibration from its second "
+                      "half)."),
+    click.option("--ctx", type=click.IntRange(min=16), default=512, show_default=True, help="Perplexity context."),
+    click.option("--chunks", type=click.IntRange(min=1), default=20, show_default=True, help="Perplexity windows."))
+
+
+def check_text(text: Path) -> None:
+    if not text.is_file():
+        raise click.BadParameter(
+            f"{text} not found. Pass --text FILE or set AWQ2GGUF_EVAL_TEXT to the WikiText-2 raw test text "
+            "(the test split joined with blank lines).", param_hint="--text")
+
+
+@contextmanager
+def progress(label: str, total: int):
+    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda: bar.advance(task)
+
+
+def check_machine(threads: int) -> str | None:
+    """Warn about too many threads or a busy machine; the busy warning goes into the report."""
+    warning = busy_warning(threads)
+    for w in (threads_warning(threads), warning):
+        if w:
+            err.print(f"[bold yellow]warning:[/] {w}")
+    return warning
+
+
+def models_for(builds, model, shape, qtype) -> dict[str, Path]:
+    """The given GGUF for every build, or the synthetic shape quantized by each build itself."""
+    if model:
+        return {b.name: model for b in builds}
+    src = synthetic_f16(shape, log)
+    return {b.name: quantized_by(b, src, qtype, log) for b in builds}
+
+
+def finish(report: Report, as_json: bool) -> None:
+    """Record the host, save the report, then print it as a table (or JSON)."""
+    report.host = cpu_info().describe()
+    path = results.save(report)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        tables.print_rich(report.titled_table())
+    if report.busy_warning:
+        err.print(f"[bold yellow]measured on a busy machine:[/] {report.busy_warning}")
+    if getattr(report, "interrupted", False):
+        err.print("[bold yellow]interrupted:[/] the report holds only what finished")
+    log(f"saved {path}")

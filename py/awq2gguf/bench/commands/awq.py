@@ -1,0 +1,95 @@
+"""`bench awq`: ways of making an all-Q4_0 development model, against its FP16."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
+from ...builds import get_build
+from ...paths import MODELS_DIR
+from ...proc_io import Awq2ggufError
+from .. import awq_compare, perplexity
+from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, comma_ints, \
+    finish, log
+from ..models import quantized_by
+from ..reports import Report, report_kinds
+from ..tables import Table
+
+
+def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
+    seeds = comma_ints(value)
+    if len(set(seeds)) != len(seeds):
+        raise click.BadParameter(f"{value!r} repeats a seed")
+    return seeds
+
+
+@report_kinds("awq")
+@dataclass(kw_only=True)
+class AwqReport(Report):
+    model: str             # the development model's title
+    build: str
+    text: str
+    ctx: int
+    chunks: int
+    calib_samples: int
+    calib_tokens: int
+    seeds: list[int]
+    fp16_ppl: float
+    rows: list[dict]       # per method: size, PPL, KLD, same top, share of the gap closed, make time, peak RSS
+    dev_model: str | None = None  # reports before the second development model have none
+
+    def table(self) -> Table:
+        title = (f"all-Q4_0 {self.model} on the {self.build} build: perplexity over {self.chunks} x "
+                 f"{self.ctx} tokens (FP16: {self.fp16_ppl:.3f}), KLD vs FP16; calibration "
+                 f"{self.calib_samples} x {self.calib_tokens} tokens")
+        headers = ["method", "size MiB", "PPL", "KLD", "same top %", "PPL gap closed %", "make s", "peak RSS MiB"]
+        opt = lambda v, fmt: "-" if v is None else format(v, fmt)
+        rows = [[r["model"], f"{r['size_mib']:.1f}", f"{r['ppl']:.3f}", f"{r['kld']:.4f}", f"{r['same_top_p']:.2f}",
+                 f"{100 * r['gap_closed']:.0f}", opt(r["make_s"], ".0f"), opt(r["peak_rss_mib"], ".0f")]
+                for r in self.rows]
+        return Table(title, headers, rows)
+
+
+@click.command()
+@BUILD
+@PERPLEXITY_TEXT
+@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@click.option("--seeds", default="0", show_default=True, callback=_parse_seeds,
+              help="Comma-separated seeds: one self-sampled variant per seed, to show the spread.")
+@click.option("--autoawq/--no-autoawq", default=None,
+              help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
+@THREADS
+@DEV_MODEL
+@JSON
+def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, threads, dev_model, as_json):
+    """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
+    calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
+    FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
+    each took to make."""
+    check_text(text)
+    if autoawq and not awq_compare.autoawq_available():
+        raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
+    busy = check_machine(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            build = get_build(build_name)
+            f16 = f16_gguf(dev_model)
+            plain = quantized_by(build, f16, "Q4_0", log)
+            made = awq_compare.make_variants(
+                build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
+                calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds, log)
+            log("computing FP16 logits, then each variant's PPL and KLD")
+            base_logits = Path(tmp) / "base.kld"
+            fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
+            rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
+        except Awq2ggufError as e:
+            raise click.ClickException(str(e)) from e
+    report = AwqReport(kind="awq", model=DEV_MODELS[dev_model].title, dev_model=dev_model, build=build_name,
+                       text=str(text), ctx=ctx, chunks=chunks, calib_samples=calib_samples, calib_tokens=calib_tokens,
+                       seeds=list(seeds), fp16_ppl=fp16_ppl, busy_warning=busy, rows=rows)
+    finish(report, as_json)

@@ -1,0 +1,75 @@
+"""`bench awq-cost`: what an awq2gguf job needs (time, memory, disk) on a random-weight checkpoint."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
+from ...builds import get_build
+from ...paths import MODELS_DIR
+from ...proc_io import Awq2ggufError
+from .. import awq_compare
+from ..cli_shared import JSON, THREADS, check_machine, finish, log
+from ..peak_rss import peak_disk
+from ..reports import Report, report_kinds
+from ..tables import Table
+
+
+@report_kinds("awq-cost")
+@dataclass(kw_only=True)
+class AwqCostReport(Report):
+    shape: str
+    threads: int
+    calib_samples: int
+    calib_tokens: int
+    checkpoint_mib: float
+    out_mib: float
+    seconds: float
+    peak_rss_mib: float                 # the job and its children
+    peak_disk_mib: float | None = None  # work files and OUT; reports before streaming did not measure it
+
+    def table(self) -> Table:
+        title = (f"awq2gguf defaults on a random-weight {self.shape} ({self.checkpoint_mib:.0f} MiB checkpoint), "
+                 f"{self.threads} thread(s), self-sampled {self.calib_samples} x {self.calib_tokens} tokens")
+        headers = ["wall time", "peak RSS MiB", "peak disk MiB (work files + output)", "output MiB"]
+        minutes, seconds = divmod(round(self.seconds), 60)
+        disk = "-" if self.peak_disk_mib is None else f"{self.peak_disk_mib:.0f}"
+        return Table(title, headers, [[f"{minutes:.0f} min {seconds:02.0f} s", f"{self.peak_rss_mib:.0f}", disk,
+                                       f"{self.out_mib:.1f}"]])
+
+
+@click.command("awq-cost")
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
+              help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
+@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
+@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@THREADS
+@JSON
+def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
+    """Wall time, peak RSS (children included) and peak disk (temporary files and OUT) of
+    `awq2gguf` with its defaults (self-sampled calibration, all-Q4_0 on the patched build) on a
+    random-weight bf16 HF model of --shape, made once into the models folder."""
+    from ...assets.synthetic_hf import write_synthetic_hf
+
+    busy = check_machine(threads)
+    model_dir = MODELS_DIR / f"synthetic-{shape}-hf"
+    if not (model_dir / "config.json").is_file():
+        log(f"writing a random-weight {shape} Hugging Face folder -> {model_dir}")
+        write_synthetic_hf(SHAPES[shape], model_dir)
+    size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
+    args = ["--calib-samples", str(calib_samples), "--calib-tokens", str(calib_tokens), "--threads", str(threads)]
+    with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp, peak_disk(Path(tmp)) as disk:
+        try:
+            made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
+                                        get_build("patched"))
+        except Awq2ggufError as e:
+            raise click.ClickException(str(e)) from e
+        out_mib = made.path.stat().st_size / 2**20
+    report = AwqCostReport(kind="awq-cost", shape=shape, threads=threads, calib_samples=calib_samples,
+                           calib_tokens=calib_tokens, checkpoint_mib=size, out_mib=out_mib, seconds=made.seconds,
+                           peak_rss_mib=made.peak_rss / 2**20, peak_disk_mib=disk() / 2**20, busy_warning=busy)
+    finish(report, as_json)

@@ -1,0 +1,79 @@
+"""`bench roofline`: decode as a fraction of the memory-bandwidth bound, prefill of the int8 peak."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ...builds import get_build
+from ...proc_io import Awq2ggufError
+from .. import roofline as roofline_mod
+from ..cli_shared import JSON, MODEL_OPTIONS, THREADS, check_machine, finish, log, models_for, progress
+from ..llama_bench import run_llama_bench
+from ..reports import Report, report_kinds
+from ..speed import run_interleaved
+from ..tables import Table
+
+
+@report_kinds("roofline")
+@dataclass(kw_only=True)
+class RooflineReport(Report):
+    threads: int
+    reps: int
+    bandwidth: dict   # STREAM read/copy/triad GB/s
+    int8_peak: dict   # gops, ops_per_cycle_per_core, ghz, cores, basis
+    rows: list[dict]  # per build: kernels, model, tokens/s and the fractions of their bounds
+
+    def table(self) -> Table:
+        bw, peak = self.bandwidth, self.int8_peak
+        title = (f"roofline, {self.threads} thread(s): STREAM read {bw['read_gbs']:.1f} GB/s "
+                 f"(copy {bw['copy_gbs']:.1f}, triad {bw['triad_gbs']:.1f}); int8 peak {peak['gops']:.0f} GOPS "
+                 f"({peak['ops_per_cycle_per_core']} ops/cycle x {peak['ghz']:.2f} GHz x {peak['cores']} cores: "
+                 f"{peak['basis']})")
+        headers = ["build", "kernels", "model", "MiB read / token", "decode t/s", "bandwidth bound t/s",
+                   "decode fraction", "prefill t/s", "int8 bound t/s", "prefill fraction"]
+        rows = [[r["build"], r.get("kernels", "not recorded"), Path(r["model"]).name,
+                 f"{r['bytes_per_token'] / 2**20:.1f}", f"{r['decode_tps']:.1f}", f"{r['decode_bound_tps']:.1f}",
+                 f"{100 * r['decode_fraction']:.0f}%", f"{r['prefill_tps']:.1f}", f"{r['prefill_bound_tps']:.0f}",
+                 f"{100 * r['prefill_fraction']:.0f}%"] for r in self.rows]
+        return Table(title, headers, rows)
+
+
+@click.command()
+@THREADS
+@MODEL_OPTIONS
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True, help="Repetitions per build and test.")
+@click.option("--int8-ops-per-cycle", type=click.IntRange(min=1), help="Override the detected int8 ops/cycle/core.")
+@click.option("--ghz", type=click.FloatRange(min=0.1), help="Override the detected clock.")
+@JSON
+def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle, ghz, as_json):
+    """Decode as a fraction of the memory-bandwidth bound, prefill of the int8 peak.
+
+    Bandwidth is measured here with a STREAM-style kernel at the same thread count; the decode
+    bound is bandwidth (read kernel) / weight bytes read per token.
+    """
+    busy = check_machine(threads)
+    try:
+        builds = [get_build(n) for n in build_names]
+        models = models_for(builds, model, shape, qtype)
+        log("measuring memory bandwidth (STREAM read/copy/triad)")
+        bandwidth = roofline_mod.measure_bandwidth(builds[0], threads)
+        peak = roofline_mod.int8_peak(threads, int8_ops_per_cycle, ghz)
+        with progress("roofline runs", 2 * reps * len(builds)) as advance:
+            tg, _ = run_interleaved(run_llama_bench, builds, models, threads, 0, 128, reps, on_run=advance)
+            pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
+    except Awq2ggufError as e:
+        raise click.ClickException(str(e)) from e
+    rows = []
+    for b, t, p in zip(builds, tg, pp):
+        tps_tg, tps_pp = t.summary()["tokens_per_s"]["median"], p.summary()["tokens_per_s"]["median"]
+        rows.append({"build": b.name, "kernels": roofline_mod.kernel_isa(b), "model": str(models[b.name]),
+                     "decode_tps": tps_tg, "prefill_tps": tps_pp,
+                     **roofline_mod.fractions(models[b.name], bandwidth["read_gbs"], peak, tps_tg, tps_pp)})
+    report = RooflineReport(kind="roofline", threads=threads, reps=reps, busy_warning=busy, bandwidth=bandwidth,
+                            int8_peak={"gops": peak.gops, "ops_per_cycle_per_core": peak.ops_per_cycle_per_core,
+                                       "ghz": peak.ghz, "cores": peak.cores, "basis": peak.basis},
+                            rows=rows)
+    finish(report, as_json)

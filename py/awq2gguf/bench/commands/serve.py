@@ -1,0 +1,83 @@
+"""`bench serve`: awq2gguf-serve under concurrent streaming clients, builds on the same file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ...builds import get_build
+from ...proc_io import Awq2ggufError
+from .. import serve_load
+from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
+from ..models import quantized_by, synthetic_f16
+from ..reports import Report, report_kinds
+from ..tables import Table, spread
+
+
+def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
+    levels = comma_ints(value)
+    if min(levels) < 1:
+        raise click.BadParameter("client counts are 1 or more")
+    return levels
+
+
+@report_kinds("serve")
+@dataclass(kw_only=True)
+class ServeReport(Report):
+    threads: int
+    model: str
+    reps: int
+    n_gen: int
+    prompt_words: int
+    requests_per_client: int
+    rows: list[dict]  # per build and client count: requests/s, time to first token, ratio to the first build
+    runs: dict[str, list]  # build -> every repetition as measured
+
+    def table(self) -> Table:
+        base = self.rows[0]["build"]
+        title = (f"awq2gguf-serve, {Path(self.model).name}: streamed completions of ~{self.prompt_words} words "
+                 f"+ {self.n_gen} tokens, {self.requests_per_client} per client, {self.threads} thread(s), "
+                 f"{self.reps} interleaved reps, median (min-max)")
+        headers = ["build", "clients", "requests", "requests/s", "first token ms (median)", "first token ms (max)",
+                   f"requests/s vs {base}"]
+        rows = [[r["build"], str(r["clients"]), str(r["requests"]), f"{r['requests_per_s']:.3f}",
+                 f"{r['ttft_ms_median']:.0f}", f"{r['ttft_ms_max']:.0f}",
+                 "1" if r["build"] == base else spread(r["ratio"], ".3f")] for r in self.rows]
+        return Table(title, headers, rows)
+
+
+@click.command()
+@THREADS
+@click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="GGUF every build serves. Default: the synthetic --shape model in --qtype, quantized once by "
+                   "the patched build (the same file for every build).")
+@SHAPE
+@QTYPE
+@BUILDS
+@click.option("--clients", "levels", default="1,2,4", show_default=True, callback=_parse_levels,
+              help="Concurrent clients, comma-separated: one measurement per count.")
+@click.option("--requests", "requests_per_client", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Requests each client sends, one after another.")
+@click.option("--prompt-words", type=click.IntRange(min=2), default=100, show_default=True)
+@click.option("--n-gen", type=click.IntRange(min=1), default=64, show_default=True, help="Tokens per answer.")
+@click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Repetitions per build, interleaved ABBA, each on a fresh server.")
+@JSON
+def serve(threads, model, shape, qtype, build_names, levels, requests_per_client, prompt_words, n_gen, reps, as_json):
+    """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
+    completions through the OpenAI API, builds compared on the same file."""
+    busy = check_machine(threads)
+    try:
+        builds = [get_build(n) for n in build_names]
+        model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
+        with progress("serving load levels", reps * len(builds) * len(levels)) as advance:
+            runs = serve_load.run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
+                                              prompt_words, n_gen, on_level=advance)
+    except Awq2ggufError as e:
+        raise click.ClickException(str(e)) from e
+    report = ServeReport(kind="serve", threads=threads, model=str(model), reps=reps, n_gen=n_gen,
+                         prompt_words=prompt_words, requests_per_client=requests_per_client, busy_warning=busy,
+                         rows=serve_load.summarise(runs, levels), runs=runs)
+    finish(report, as_json)

@@ -1,0 +1,44 @@
+"""What every bench command saves and prints: a typed report per kind, saved as JSON under
+bench/results/raw/ and rendered as a table. Each command module defines its report type (its
+fields and its table) and registers it under the kinds it saves, so `bench report` can load any
+saved file back into its type."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from .tables import Table
+
+REPORT_TYPES: dict[str, type[Report]] = {}
+
+
+def report_kinds(*kinds: str) -> Callable[[type[Report]], type[Report]]:
+    """Register a report type as the one saved under these kinds."""
+    def register(cls: type[Report]) -> type[Report]:
+        for kind in kinds:
+            REPORT_TYPES[kind] = cls
+        return cls
+    return register
+
+
+@dataclass(kw_only=True)
+class Report:
+    kind: str
+    busy_warning: str | None = None  # the machine was busy when the command started
+    host: str | None = None          # the CPU it ran on (reports saved before hosts were recorded have none)
+
+    def table(self) -> Table:
+        raise NotImplementedError
+
+    def titled_table(self) -> Table:
+        """The table with the CPU it was measured on in its title."""
+        table = self.table()
+        return Table(f"{table.title} [{self.host}]", table.headers, table.rows) if self.host else table
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def from_json(data: dict) -> Report:
+    return REPORT_TYPES[data["kind"]](**data)
