@@ -30,7 +30,7 @@ def fake_quantized_logits(model, tokens):
 
 
 def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
-    model = with_salient_channels(tiny("qwen2", 4))
+    model = with_salient_channels(tiny("Qwen2ForCausalLM", 4))
     g = torch.Generator().manual_seed(2)
     calib, held_out = torch.randint(0, 512, (8, 64), generator=g), torch.randint(0, 512, (2, 32), generator=g)
     with torch.no_grad():
@@ -54,7 +54,7 @@ def test_clipping_brings_q4_0_closer_still():
     calib, held_out = torch.randint(0, 512, (8, 64), generator=g), torch.randint(0, 512, (2, 32), generator=g)
     errors = {}
     for clip in (False, True):
-        model = with_salient_channels(tiny("llama", 2))
+        model = with_salient_channels(tiny("LlamaForCausalLM", 2))
         with torch.no_grad():
             fp = model(held_out).logits
         apply_awq(model, calib, clip=clip, compensated=False)
@@ -63,7 +63,7 @@ def test_clipping_brings_q4_0_closer_still():
 
 
 def test_tied_output_is_left_alone():
-    model = tiny("llama", 2)
+    model = tiny("LlamaForCausalLM", 2)
     model.config.tie_word_embeddings = True
     model.tie_weights()
     embeddings = model.get_input_embeddings().weight.detach().clone()
@@ -82,7 +82,7 @@ def test_tied_output_is_left_alone():
 def test_no_block_ends_worse_than_plain_rounding_on_its_objective():
     """Weights on a coarse grid (as in a checkpoint dequantized from 5 bits) are where scaling
     loses to plain Q4_0; the guard must fall back there and never pick a worse block."""
-    model = with_salient_channels(tiny("qwen2", 4))
+    model = with_salient_channels(tiny("Qwen2ForCausalLM", 4))
     with torch.no_grad():
         for layer in model.model.layers:  # snap every weight to a Q5_0-like grid per 32-block
             for m in layer.modules():
@@ -98,7 +98,7 @@ def test_no_block_ends_worse_than_plain_rounding_on_its_objective():
 
 
 def test_kept_groups_lower_the_block_error_they_were_judged_on():
-    model = with_salient_channels(tiny("llama", 2))
+    model = with_salient_channels(tiny("LlamaForCausalLM", 2))
     calib = torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(2))
     result = apply_awq(model, calib)
     assert any(g.kept for g in result.groups)  # salient channels: scaling pays somewhere
@@ -110,7 +110,7 @@ def test_compensated_rounding_is_kept_where_it_pays_and_survives_q4_0():
     calib = torch.randint(0, 512, (8, 64), generator=g)
     errors = {}
     for compensated in (False, True):
-        model = with_salient_channels(tiny("qwen2", 4))
+        model = with_salient_channels(tiny("Qwen2ForCausalLM", 4))
         result = apply_awq(model, calib, compensated=compensated)
         errors[compensated] = sum(c for c, _ in result.block_errors)
     assert any(result.compensated)

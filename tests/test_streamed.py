@@ -51,7 +51,8 @@ def folded_tensors(folder):
     return weights
 
 
-@pytest.mark.parametrize("arch,tied,untie", [("qwen2", True, False), ("qwen2", True, True), ("llama", False, False)])
+@pytest.mark.parametrize("arch,tied,untie", [("Qwen2ForCausalLM", True, False), ("Qwen2ForCausalLM", True, True),
+                                                ("LlamaForCausalLM", False, False)])
 def test_streamed_fold_equals_the_fold_in_memory(checkpoint, tmp_path, arch, tied, untie):
     model_dir = checkpoint(arch, tied)
     g = torch.Generator().manual_seed(0)
@@ -84,7 +85,7 @@ def test_streamed_fold_equals_the_fold_in_memory(checkpoint, tmp_path, arch, tie
 
 
 def test_saved_as_q4_0_the_parts_load_back_as_their_q4_0(checkpoint, tmp_path):
-    model_dir = checkpoint("llama", False)
+    model_dir = checkpoint("LlamaForCausalLM", False)
     ids = torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(0))
     whole = resident(model_dir)
     expected = apply_awq(whole, ids)
@@ -102,7 +103,7 @@ def test_saved_as_q4_0_the_parts_load_back_as_their_q4_0(checkpoint, tmp_path):
 
 
 def test_reset_writes_the_checkpoint_weights(checkpoint, tmp_path):
-    model_dir = checkpoint("qwen2", True)
+    model_dir = checkpoint("Qwen2ForCausalLM", True)
     streamed = StreamedModel(model_dir, tmp_path / "folded")
     apply_awq(streamed.model, torch.randint(0, 512, (8, 64)), weights=streamed)
     streamed.reset()
@@ -113,7 +114,7 @@ def test_reset_writes_the_checkpoint_weights(checkpoint, tmp_path):
 
 
 def test_a_sharded_bf16_checkpoint_reads_like_one_file(checkpoint, tmp_path):
-    model_dir = checkpoint("qwen2", True)
+    model_dir = checkpoint("Qwen2ForCausalLM", True)
     sharded = tmp_path / "sharded"
     AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).save_pretrained(sharded, max_shard_size="100KB")
     assert len(list(sharded.glob("*.safetensors"))) > 2 and (sharded / "model.safetensors.index.json").is_file()
@@ -128,7 +129,7 @@ def test_a_sharded_bf16_checkpoint_reads_like_one_file(checkpoint, tmp_path):
 
 def test_a_missing_shard_is_named(checkpoint, tmp_path):
     sharded = tmp_path / "sharded"
-    AutoModelForCausalLM.from_pretrained(checkpoint("qwen2", True)).save_pretrained(
+    AutoModelForCausalLM.from_pretrained(checkpoint("Qwen2ForCausalLM", True)).save_pretrained(
         sharded, max_shard_size="100KB")
     victim = sorted(sharded.glob("*.safetensors"))[1]
     victim.unlink()
