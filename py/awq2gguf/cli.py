@@ -65,6 +65,10 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),
               help="Calibration text: plain text, or .jsonl with a \"text\" field per line. "
                    "Default: the model samples its own text with llama.cpp from a Q8_0 GGUF.")
+@click.option("--lora", type=click.Path(path_type=Path),
+              help="A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for MODEL_DIR, "
+                   "merged into its weights with peft before calibration and AWQ; OUT's metadata records its "
+                   "name, rank and sha256.")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
               help="Number of calibration sequences.")
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
@@ -98,14 +102,14 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
 @click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
-def main(model_dir: Path, out: Path, qtype, calib, calib_samples, calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid,
+def main(model_dir: Path, out: Path, qtype, calib, lora, calib_samples, calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid,
          engine, build, threads, seed):
     import torch
     from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
-    opts = Options(qtype=qtype.upper(), calib=calib, calib_samples=calib_samples, calib_tokens=calib_tokens,
+    opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, calib_samples=calib_samples, calib_tokens=calib_tokens,
                    calib_held_out=calib_held_out, prompts=prompts, clip=clip, compensate=compensate, untie_output=untie_output, grid=grid, engine=engine,
                    build=build, threads=threads, seed=seed)
     started = time.perf_counter()

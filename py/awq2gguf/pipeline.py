@@ -1,4 +1,4 @@
-"""awq2gguf's main job: HF folder -> calibration -> AWQ search -> folded FP weights -> GGUF -> quantized GGUF.
+"""awq2gguf's main job: HF folder -> (LoRA merge) -> calibration -> AWQ search -> folded FP weights -> GGUF -> quantized GGUF.
 
 Everything in between lives in a work folder beside OUT (same file system, so the final rename
 is atomic) that is removed at the end, whatever happens: OUT appears complete or not at all.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from . import __version__, calibration, checkpoint
+from . import __version__, calibration, checkpoint, lora
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
@@ -31,6 +31,8 @@ QTYPES = {"Q4_0": 18 / 32, "Q8_0": 34 / 32, "Q4_K_M": 4.9 / 8, "F16": 2.0}
 SAMPLING_BYTES_PER_WEIGHT = 34 / 32
 FOLDED_AS_Q4_0_BYTES_PER_WEIGHT = 18 / 32
 FOLDED_AS_FP32_BYTES_PER_WEIGHT = 8
+# A LoRA merge writes the merged model in F16 first, kept until the end.
+MERGED_BYTES_PER_WEIGHT = 2
 
 
 class NotEnoughDisk(Awq2ggufError):
@@ -42,6 +44,7 @@ ENGINES = ("awq2gguf", "autoawq")
 class Options:
     qtype: str = "Q4_0"
     calib: Path | None = None  # None: the model samples its own calibration text
+    lora: Path | None = None  # a PEFT LoRA adapter folder, merged before anything else
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
@@ -88,7 +91,8 @@ class NoProgress:
         yield lambda done: None
 
 
-def provenance(opts: Options, calib: calibration.Calibration, summary: Summary) -> dict[str, str]:
+def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
+               adapter: lora.Adapter | None = None) -> dict[str, str]:
     """GGUF metadata (llama-quantize --override-kv) saying how the file was made."""
     grid = f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)"
     check = {} if summary.check_kld is None else {
@@ -96,6 +100,11 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary) 
         "awq2gguf.check.kld": f"float:{summary.check_kld:.6f}",
         "awq2gguf.check.plain_kld": f"float:{summary.check_plain_kld:.6f}",
         "awq2gguf.check.fell_back": f"bool:{str(summary.fell_back).lower()}",
+    }
+    merged = {} if adapter is None else {
+        "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
+        "awq2gguf.lora.rank": f"int:{adapter.rank}",
+        "awq2gguf.lora.sha256": f"str:{adapter.sha256()}",
     }
     return {
         "awq2gguf.version": f"str:{__version__}",
@@ -109,6 +118,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary) 
         "awq2gguf.compensate": f"bool:{str(opts.compensate).lower()}",
         "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
         **check,
+        **merged,
     }
 
 
@@ -179,7 +189,8 @@ def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     sampling = SAMPLING_BYTES_PER_WEIGHT if opts.calib is None else 0
     # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
     reference = opts.calib_held_out * opts.calib_tokens * streamed.embed.num_embeddings * 2
-    needed = streamed.n_params() * max(sampling, folded + out_bytes) + reference
+    merged = MERGED_BYTES_PER_WEIGHT if opts.lora is not None else 0
+    needed = streamed.n_params() * (merged + max(sampling, folded + out_bytes)) + reference
     free = shutil.disk_usage(out.parent).free
     if free < needed:
         raise NotEnoughDisk(f"not enough free disk beside {out}: this model needs about {needed / 2**30:.1f} GiB "
@@ -189,6 +200,7 @@ def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
 def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgress()) -> Summary:
     model_dir, out = Path(model_dir), Path(out)
     checkpoint.architecture(model_dir)  # fail before any slow work
+    adapter = lora.read_adapter(opts.lora) if opts.lora is not None else None
     build = get_build(opts.build)
     if not out.parent.is_dir():
         raise checkpoint.CheckpointError(f"the folder of {out} does not exist")
@@ -198,6 +210,12 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
         streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
         _check_disk(streamed, out, opts)
+        if adapter is not None:
+            with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
+                                len(streamed.parts)) as done:
+                model_dir = lora.merge(model_dir, adapter, work / "merged", on_part=lambda d, _total: done(d))
+            streamed = StreamedModel(model_dir, work / "folded", opts.untie_output,
+                                     as_q4_0=opts.converter_writes_out)
         started = time.perf_counter()
         tokenizer = checkpoint.load_tokenizer(model_dir)
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
@@ -215,7 +233,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         summary.seconds["AWQ"] = time.perf_counter() - started
 
         started = time.perf_counter()
-        metadata = provenance(opts, calib, summary)
+        metadata = provenance(opts, calib, summary, adapter)
         if opts.converter_writes_out:
             with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
                 convert_hf_to_gguf(folded, out, "q4_0", metadata)

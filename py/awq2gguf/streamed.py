@@ -208,7 +208,10 @@ class StreamedModel:
                 self.load(part)
                 self.save(part)
         weight_map = {n: f.name for n, f in self.folded.where.items()}
-        (self.folded_dir / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}, indent=2))
+        # transformers wants the metadata too (the merged model of --lora is loaded by it in tests).
+        total = sum(f.stat().st_size for f in set(self.folded.where.values()))
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (self.folded_dir / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
         self.model.config.save_pretrained(self.folded_dir)
         if self.as_q4_0:
             config = json.loads((self.folded_dir / "config.json").read_text())
