@@ -136,8 +136,8 @@ def merge(model_dir: Path, adapter: Adapter, out_dir: Path, dtype: torch.dtype =
         in_part = {n[len(prefix) + 1:]: m for n, m in layers.items() if n.startswith(prefix + ".") or n == prefix}
         base.load(part)
         if in_part:
-            lora_part = model.get_submodule(prefix)
-            lora_part.to_empty(device="cpu")
+            for layer in in_part.values():  # only the adapted modules take memory, not the whole part again
+                layer.to_empty(device="cpu")
             try:
                 result = set_peft_model_state_dict(model, _part_state(adapter_sd, prefix), ADAPTER_NAME)
             except RuntimeError as e:  # torch: size mismatch for ...
@@ -151,7 +151,7 @@ def merge(model_dir: Path, adapter: Adapter, out_dir: Path, dtype: torch.dtype =
                 layer.get_base_layer().load_state_dict(target.state_dict())
                 layer.merge(safe_merge=True)
                 target.load_state_dict(layer.get_base_layer().state_dict())
-            lora_part.to("meta")
+                layer.to("meta")
         for p in part.parameters():
             p.data = p.data.to(dtype)
         base.save(part)
