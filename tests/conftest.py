@@ -1,8 +1,12 @@
 import codecs
+import io
+import json
 import subprocess
+import sys
 import this
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from awq2gguf.bench.models import quantized_by
@@ -84,3 +88,13 @@ def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:
         [str(build.tool("llama-completion")), "-m", str(model), "-p", "The quick brown fox", "-n", str(n),
          "--ignore-eos", "-no-cnv", "--temp", "0", "-c", "128", "-t", "2", "--seed", "1"],
         env=build.env(), capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+
+
+def llama_cpp_logits(build, model, tokens):
+    """Logits for every position of tokens, from llama-cpp-python on the build's libllama.so."""
+    code = ("import sys, json, numpy as np; from llama_cpp import Llama; "
+            "llm = Llama(model_path=sys.argv[1], n_ctx=64, logits_all=True, verbose=False); "
+            "llm.eval(json.loads(sys.argv[2])); np.save(sys.stdout.buffer, np.array(llm.scores[:llm.n_tokens]))")
+    proc = subprocess.run([sys.executable, "-c", code, str(model), json.dumps(tokens)], env=build.env(),
+                          capture_output=True, check=True)
+    return np.load(io.BytesIO(proc.stdout))

@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
-from conftest import generate
+from conftest import generate, llama_cpp_logits
 
 FAST = ("--calib-samples", "4", "--calib-tokens", "64")
 PROMPT_IDS = [9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]  # Qwen2 tokens
@@ -25,17 +23,6 @@ def run(*args):
 
 def leftovers(folder):
     return sorted(p.name for p in folder.iterdir() if ".work-" in p.name or p.name.endswith(".tmp"))
-
-
-def llama_cpp_logits(build, model, tokens):
-    """Logits for every position of tokens, from llama-cpp-python on the build's libllama.so."""
-    code = ("import sys, json, numpy as np; from llama_cpp import Llama; "
-            "llm = Llama(model_path=sys.argv[1], n_ctx=64, logits_all=True, verbose=False); "
-            "llm.eval(json.loads(sys.argv[2])); np.save(sys.stdout.buffer, np.array(llm.scores[:llm.n_tokens]))")
-    proc = subprocess.run([sys.executable, "-c", code, str(model), json.dumps(tokens)], env=build.env(),
-                          capture_output=True, check=True)
-    import io
-    return np.load(io.BytesIO(proc.stdout))
 
 
 @pytest.mark.parametrize("arch,shape", [("LlamaForCausalLM", "tiny-untied"), ("Qwen2ForCausalLM", "tiny-tied"),

@@ -10,6 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from . import prune
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
 from .bench.machine import physical_cores
@@ -35,6 +36,15 @@ class RichProgress:
         err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
 
 
+def _block_list(_ctx, _param, text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        return tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a comma-separated list of block numbers, e.g. 14,17") from None
+
+
 def _grid(_ctx, _param, steps: int) -> tuple[float, ...]:
     if steps < 0:
         raise click.BadParameter("needs 0 steps (no scales) or more")
@@ -44,7 +54,8 @@ def _grid(_ctx, _param, steps: int) -> tuple[float, ...]:
 HELP = f"""Quantize the Hugging Face model in MODEL_DIR to OUT.gguf with AWQ scales, clipping and
 compensated rounding.
 
-Calibrates on text, searches per-channel AWQ scales and per-block clipping against llama.cpp's
+Calibrates on text (optionally merging a LoRA adapter first and dropping whole decoder blocks
+after), searches per-channel AWQ scales and per-block clipping against llama.cpp's
 exact Q4_0 quantizer, rounds column by column with GPTQ-style error compensation on the same grid,
 and folds the result into weights whose plain Q4_0 rounding is exactly what was searched (a standard
 model: stock llama.cpp loads the result too). Each choice is kept only where it beats plain rounding,
@@ -69,6 +80,16 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
               help="A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for MODEL_DIR, "
                    "merged into its weights with peft before calibration and AWQ; OUT's metadata records its "
                    "name, rank and sha256.")
+@click.option("--drop-blocks", type=click.IntRange(0), default=0, show_default=True,
+              help="Drop this many decoder blocks before AWQ, chosen on the calibration tokens by "
+                   "--drop-blocks-method; OUT has fewer blocks (stock llama.cpp loads it) and its metadata "
+                   "records which. Costs one pass over the blocks per block dropped (SLEB).")
+@click.option("--drop-blocks-method", type=click.Choice(prune.METHODS), default="sleb", show_default=True,
+              help="sleb: remove, one at a time, the block whose absence costs the least calibration "
+                   "perplexity; shortgpt: the blocks that change their input least (1 - cosine), at once.")
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=_block_list,
+              help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
+                   "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
               help="Number of calibration sequences.")
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
@@ -102,16 +123,22 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
 @click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
-def main(model_dir: Path, out: Path, qtype, calib, lora, calib_samples, calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid,
-         engine, build, threads, seed):
+def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, calib_samples,
+         calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, seed):
     import torch
     from transformers.utils import logging as hf_logging
 
     torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
-    opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, calib_samples=calib_samples, calib_tokens=calib_tokens,
-                   calib_held_out=calib_held_out, prompts=prompts, clip=clip, compensate=compensate, untie_output=untie_output, grid=grid, engine=engine,
-                   build=build, threads=threads, seed=seed)
+    opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
+                   drop_method=drop_blocks_method, drop_list=drop_list, calib_samples=calib_samples,
+                   calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
+                   compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
+                   threads=threads, seed=seed)
+    if drop_blocks and drop_list:
+        raise click.UsageError("--drop-blocks and --drop-block-list: give one of them")
+    if opts.drops_blocks and engine == "autoawq":
+        raise click.UsageError("dropping blocks works with --engine awq2gguf only")
     started = time.perf_counter()
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -120,6 +147,10 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, calib_samples, calib_to
     except Awq2ggufError as e:
         raise click.ClickException(str(e)) from None
     err.print(f"calibration: {summary.calibration}")
+    if (d := summary.dropped) is not None:
+        steps = " -> ".join(f"{p:.2f} (-{b})" for b, p in zip(d.blocks, d.ppl))
+        err.print(f"dropped blocks {', '.join(map(str, d.blocks))} ({d.method}): calibration perplexity "
+                  f"{d.ppl_before:.2f} -> {steps}")
     if summary.groups_kept is not None:
         err.print(f"AWQ: kept {summary.groups_kept[0]}/{summary.groups_kept[1]} scaling groups (mean alpha "
                   f"{summary.mean_alpha:.2f}), clipping in {summary.clipped[0]}/{summary.clipped[1]} and "

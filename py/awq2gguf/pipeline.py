@@ -1,4 +1,4 @@
-"""awq2gguf's main job: HF folder -> (LoRA merge) -> calibration -> AWQ search -> folded FP weights -> GGUF -> quantized GGUF.
+"""awq2gguf's main job: HF folder -> (LoRA merge) -> calibration -> (dropping blocks) -> AWQ search -> folded FP weights -> GGUF -> quantized GGUF.
 
 Everything in between lives in a work folder beside OUT (same file system, so the final rename
 is atomic) that is removed at the end, whatever happens: OUT appears complete or not at all.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from . import __version__, calibration, checkpoint, lora
+from . import __version__, calibration, checkpoint, lora, prune
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
@@ -45,6 +45,9 @@ class Options:
     qtype: str = "Q4_0"
     calib: Path | None = None  # None: the model samples its own calibration text
     lora: Path | None = None  # a PEFT LoRA adapter folder, merged before anything else
+    drop_blocks: int = 0  # blocks to drop before AWQ, chosen by drop_method on the calibration tokens
+    drop_method: str = "sleb"
+    drop_list: tuple[int, ...] = ()  # or exactly these blocks
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
@@ -57,6 +60,10 @@ class Options:
     build: str = "patched"
     threads: int = 2
     seed: int = 0
+
+    @property
+    def drops_blocks(self) -> bool:
+        return bool(self.drop_blocks or self.drop_list)
 
     @property
     def converter_writes_out(self) -> bool:
@@ -78,6 +85,7 @@ class Summary:
     check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights
     check_plain_kld: float | None = None  # ... and of plain Q4_0
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
+    dropped: prune.Dropped | None = None
 
 
 class Progress(Protocol):
@@ -101,6 +109,13 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.check.plain_kld": f"float:{summary.check_plain_kld:.6f}",
         "awq2gguf.check.fell_back": f"bool:{str(summary.fell_back).lower()}",
     }
+    dropped = {} if summary.dropped is None else {
+        "awq2gguf.drop_blocks.method": f"str:{summary.dropped.method}",
+        "awq2gguf.drop_blocks.blocks": f"str:{','.join(map(str, summary.dropped.blocks))}",
+        # before any removal, then after each
+        "awq2gguf.drop_blocks.calib_ppl": "str:" + ",".join(
+            f"{p:.4f}" for p in (summary.dropped.ppl_before, *summary.dropped.ppl)),
+    }
     merged = {} if adapter is None else {
         "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
         "awq2gguf.lora.rank": f"int:{adapter.rank}",
@@ -119,6 +134,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
         **check,
         **merged,
+        **dropped,
     }
 
 
@@ -182,6 +198,24 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
         return streamed.write_folder()
 
 
+def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
+                 progress: Progress) -> prune.Dropped:
+    """Choose the blocks to drop (or take the given ones) on the calibration tokens, and drop them."""
+    model, ids, n_layers = streamed.model, calib.search_ids, len(streamed.model.model.layers)
+    if opts.drop_list:
+        what, passes = f"dropping blocks {', '.join(map(str, opts.drop_list))} of {n_layers}", 1
+        choose = lambda on_step: prune.given(model, ids, list(opts.drop_list), streamed, on_step)  # noqa: E731
+    else:
+        what = f"choosing {opts.drop_blocks} of {n_layers} blocks to drop ({opts.drop_method})"
+        passes = prune.passes(opts.drop_method, opts.drop_blocks)
+        choose = lambda on_step: prune.choose(model, ids, opts.drop_blocks, opts.drop_method, streamed,  # noqa: E731
+                                              on_step)
+    with progress.stage(f"{what}: {passes} passes over the blocks", passes * n_layers) as done:
+        dropped = choose(lambda d, _total: done(d))
+    streamed.drop_blocks(dropped.blocks)
+    return dropped
+
+
 def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     """Fail before the slow work if OUT's file system cannot hold the work files and OUT."""
     out_bytes = QTYPES[opts.qtype]
@@ -210,6 +244,8 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
         streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
         _check_disk(streamed, out, opts)
+        if opts.drops_blocks:
+            prune.check(len(streamed.model.model.layers), list(opts.drop_list or range(opts.drop_blocks)))
         if adapter is not None:
             with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
                                 len(streamed.parts)) as done:
@@ -221,6 +257,10 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
         summary.seconds["calibration"] = time.perf_counter() - started
+        if opts.drops_blocks:
+            started = time.perf_counter()
+            summary.dropped = _drop_blocks(streamed, calib, opts, progress)
+            summary.seconds["dropping blocks"] = time.perf_counter() - started
 
         started = time.perf_counter()
         if opts.engine == "autoawq":

@@ -144,6 +144,25 @@ class StreamedModel:
         if missing:
             raise CheckpointError(f"the weights in {self.model_dir} lack {len(missing)} tensors, e.g. {missing[0]}")
 
+    def drop_blocks(self, blocks) -> None:
+        """Remove these decoder blocks (indices into the current ones) and renumber the others, as
+        the folded folder and its config will have them; before anything is saved."""
+        if self.saved:
+            raise RuntimeError("blocks are dropped before any part is saved")
+        layers, config = self.model.model.layers, self.model.config.get_text_config()
+        kept = [i for i in range(len(layers)) if i not in set(blocks)]
+        was = {part: self._names(part) for part in self.parts}
+        self.model.model.layers = nn.ModuleList(layers[i] for i in kept)
+        for new_index, layer in enumerate(self.model.model.layers):
+            layer.self_attn.layer_idx = new_index
+        config.num_hidden_layers = len(kept)
+        if getattr(config, "layer_types", None):
+            config.layer_types = [config.layer_types[i] for i in kept]
+        self.parts = [p for p in self.parts if p not in {layers[i] for i in blocks}]
+        self.prefix = {m: name for name, m in self.model.named_modules() if m in self.parts}
+        self.sources = {new: self.sources[old] for part in self.parts
+                        for new, old in zip(self._names(part), was[part], strict=True)}
+
     def _name(self, part: nn.Module, param: str) -> str:
         return f"{self.prefix[part]}.{param}"
 

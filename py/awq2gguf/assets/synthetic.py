@@ -88,6 +88,9 @@ SHAPES = {
                    tied_embeddings=True),
         ModelShape("tiny-untied", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=320,
                    tied_embeddings=False),
+        # Deep enough to drop blocks from.
+        ModelShape("tiny-deep", n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_ff=320,
+                   tied_embeddings=True),
     )
 }
 DEFAULT_SHAPE = "qwen2.5-0.5b"

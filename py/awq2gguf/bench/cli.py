@@ -12,7 +12,9 @@ from .commands.arm import arm
 from .commands.awq import awq
 from .commands.awq_cost import awq_cost
 from .commands.eval import eval_
+from .commands.lora import lora
 from .commands.ops import ops
+from .commands.prune import prune
 from .commands.roofline import roofline
 from .commands.serve import serve
 from .commands.speed import decode, prefill
@@ -29,7 +31,7 @@ def main():
 
 
 # In the order `bench report` renders their reports (a command's name is the kind it saves).
-COMMANDS = (decode, prefill, roofline, ops, eval_, awq, awq_cost, arm, serve)
+COMMANDS = (decode, prefill, roofline, ops, eval_, awq, prune, lora, awq_cost, arm, serve)
 for command in COMMANDS:
     main.add_command(command)
 

@@ -47,3 +47,29 @@ def accuracy_vs_size(report, out: Path) -> None:
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
+
+
+def accuracy_vs_speed(report, out: Path) -> None:
+    """Perplexity and MC average against decode tokens/s, one line per block-dropping method,
+    each point labelled with its number of blocks dropped (a commands.prune.PruneReport)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    by_method = {}
+    for r in report.rows:
+        if "decode" in r:
+            by_method.setdefault(r["method"], []).append(r)
+    unpruned = by_method.pop("none", [])
+    for ax, (key, label, scale) in zip(axes, [("ppl", "perplexity (lower is better)", 1),
+                                              ("mc_average", "MC accuracy average, %", 100)]):
+        for method, rows in by_method.items():
+            rows = sorted(unpruned + rows, key=lambda r: r["n"])
+            ax.plot([r["decode"]["median"] for r in rows], [r[key] * scale for r in rows], marker="o", label=method)
+            for r in rows:
+                ax.annotate(str(r["n"]), (r["decode"]["median"], r[key] * scale), fontsize=7,
+                            xytext=(3, 3), textcoords="offset points")
+        ax.set_xlabel("decode tokens/s (tg128)")
+        ax.set_ylabel(label)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{report.model}: blocks dropped (labels) vs accuracy and decode speed ({report.build} build)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
