@@ -79,6 +79,14 @@ def test_bad_awq_seeds_are_rejected(seeds, message):
     assert proc.returncode == 2 and message in proc.stderr
 
 
+@pytest.mark.parametrize("args, message", [(["--counts", "0"], "at least one above 0"),
+                                           (["--counts", "2,-1"], "give block counts >= 0"),
+                                           (["--methods", "sleb,random"], "unknown method random")])
+def test_bad_prune_choices_are_rejected(args, message):
+    proc = subprocess.run([sys.executable, "-m", "awq2gguf.bench.cli", "prune", *args], capture_output=True, text=True)
+    assert proc.returncode == 2 and message in " ".join(proc.stderr.split())
+
+
 def test_peak_rss_is_the_commands_own_not_the_callers():
     from awq2gguf.bench.peak_rss import run_with_peak_rss
 

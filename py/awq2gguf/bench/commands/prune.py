@@ -24,6 +24,21 @@ from ..tables import Table
 from ..tasks import TASKS, load_items
 
 
+def _parse_counts(_ctx, _param, value: str) -> tuple[int, ...]:
+    counts = comma_ints(value)
+    if not any(n > 0 for n in counts) or any(n < 0 for n in counts):
+        raise click.BadParameter(f"{value!r}: give block counts >= 0, at least one above 0")
+    return counts
+
+
+def _parse_methods(_ctx, _param, value: str) -> list[str]:
+    methods = [m for m in value.split(",") if m]
+    bad = [m for m in methods if m not in METHODS]
+    if bad or not methods:
+        raise click.BadParameter(f"unknown method {bad[0] if bad else '(none)'}: choose from {', '.join(METHODS)}")
+    return methods
+
+
 @report_kinds("prune")
 @dataclass(kw_only=True)
 class PruneReport(Report):
@@ -66,10 +81,10 @@ class PruneReport(Report):
 @click.command()
 @BUILD
 @PERPLEXITY_TEXT
-@click.option("--counts", default="0,2,4,6,8", show_default=True, callback=lambda _c, _p, v: comma_ints(v),
-              help="Numbers of blocks to drop.")
+@click.option("--counts", default="0,2,4,6,8", show_default=True, callback=_parse_counts,
+              help="Numbers of blocks to drop (the unpruned file is always made: the speeds are against it).")
 @click.option("--methods", default=",".join(METHODS), show_default=True,
-              callback=lambda _c, _p, v: [m for m in v.split(",") if m],
+              callback=_parse_methods,
               help=f"Comma-separated: {', '.join(METHODS)}.")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
@@ -89,8 +104,6 @@ def prune(build_name, text, ctx, chunks, counts, methods, calib_samples, calib_t
     perplexity and KLD against its FP16, the multiple-choice tasks, and decode/prefill speed of
     each file against the unpruned one."""
     check_text(text)
-    if bad := [m for m in methods if m not in METHODS]:
-        raise click.BadParameter(f"unknown method {bad[0]}: choose from {', '.join(METHODS)}", param_hint="--methods")
     busy = check_machine(threads)
     with tempfile.TemporaryDirectory() as tmp:
         try:
