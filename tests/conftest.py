@@ -98,3 +98,17 @@ def llama_cpp_logits(build, model, tokens):
     proc = subprocess.run([sys.executable, "-c", code, str(model), json.dumps(tokens)], env=build.env(),
                           capture_output=True, check=True)
     return np.load(io.BytesIO(proc.stdout))
+
+
+def f16_rounded_model(model_dir):
+    """The checkpoint as every awq2gguf job starts from it: FP32 weights rounded to F16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from awq2gguf.streamed import round_to_f16
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(round_to_f16(p))
+    return model

@@ -15,7 +15,7 @@ from awq2gguf import lora
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 from awq2gguf.cli import main
-from awq2gguf.streamed import round_to_f16
+from conftest import f16_rounded_model
 
 LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 TOKENS = torch.tensor([[9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279]])
@@ -34,15 +34,6 @@ def logits(model, tokens=TOKENS):
         return model(tokens).logits
 
 
-def base_model(model_dir):
-    """The checkpoint as every awq2gguf job starts from it: FP32 weights rounded to F16."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(round_to_f16(p))
-    return model
-
-
 @pytest.mark.parametrize("arch,shape,config", [
     ("LlamaForCausalLM", "tiny-untied", LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
                                                    target_modules=LINEARS + ["embed_tokens", "lm_head"])),
@@ -56,11 +47,11 @@ def test_merged_checkpoint_gives_the_peft_models_logits(tiny_hf, tmp_path, arch,
     adapter = make_adapter(model_dir, tmp_path / "adapter", config)
     merged = lora.merge(model_dir, lora.read_adapter(adapter), tmp_path / "merged", dtype=torch.float32)
     got = logits(AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32).eval())
-    want = logits(PeftModel.from_pretrained(base_model(model_dir), adapter).eval())
+    want = logits(PeftModel.from_pretrained(f16_rounded_model(model_dir), adapter).eval())
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # The adapter changes the function (so the comparison above could fail), and the merged
     # folder is a whole checkpoint: config and tokenizer come along.
-    assert (got - logits(base_model(model_dir))).abs().max() > 1e-2
+    assert (got - logits(f16_rounded_model(model_dir))).abs().max() > 1e-2
     assert (merged / "tokenizer.json").is_file() and json.loads((merged / "config.json").read_text())
 
 

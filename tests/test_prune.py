@@ -15,8 +15,8 @@ from transformers import AutoModelForCausalLM
 from awq2gguf import prune
 from awq2gguf.checkpoint import copy_other_files
 from awq2gguf.cli import main
-from awq2gguf.streamed import StreamedModel, round_to_f16
-from conftest import llama_cpp_logits
+from awq2gguf.streamed import StreamedModel
+from conftest import f16_rounded_model, llama_cpp_logits
 
 N_LAYERS = 6
 TOKENS = [9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]
@@ -42,15 +42,6 @@ def calibration_ids(n_samples=3, n_tokens=24):
     return torch.randint(0, 5000, (n_samples, n_tokens), generator=torch.Generator().manual_seed(1))
 
 
-def fp_model(model_dir):
-    """The model as awq2gguf starts from it: weights rounded to F16."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.copy_(round_to_f16(p))
-    return model
-
-
 def without(model, blocks):
     """A copy of model whose layer list skips these blocks."""
     pruned = copy.deepcopy(model)
@@ -68,7 +59,7 @@ def perplexity(model, ids):
 
 
 def test_sleb_is_the_greedy_choice_by_whole_model_perplexity(distinct_blocks):
-    model, ids = fp_model(distinct_blocks), calibration_ids()
+    model, ids = f16_rounded_model(distinct_blocks), calibration_ids()
     got = prune.choose(model, ids, 3, "sleb")
     removed, after = [], []
     for _ in range(3):
@@ -83,7 +74,7 @@ def test_sleb_is_the_greedy_choice_by_whole_model_perplexity(distinct_blocks):
 
 
 def test_shortgpt_drops_the_blocks_that_turn_their_input_least(distinct_blocks):
-    model, ids = fp_model(distinct_blocks), calibration_ids()
+    model, ids = f16_rounded_model(distinct_blocks), calibration_ids()
     influence = []
     hooks = [layer.register_forward_hook(lambda _m, args, out: influence.append(
         1 - nn.functional.cosine_similarity(args[0], out[0] if isinstance(out, tuple) else out, dim=-1).mean().item()))
@@ -105,9 +96,9 @@ def test_streamed_pruned_folder_is_the_model_with_those_blocks_skipped(distinct_
     assert pruned.config.num_hidden_layers == N_LAYERS - 2
     ids = calibration_ids(1)
     with torch.no_grad():
-        want = without(fp_model(distinct_blocks), [1, 4])(ids).logits
+        want = without(f16_rounded_model(distinct_blocks), [1, 4])(ids).logits
         torch.testing.assert_close(pruned(ids).logits, want, rtol=1e-5, atol=1e-5)
-        assert (want - fp_model(distinct_blocks)(ids).logits).abs().max() > 1  # the blocks mattered
+        assert (want - f16_rounded_model(distinct_blocks)(ids).logits).abs().max() > 1  # the blocks mattered
 
 
 @pytest.mark.parametrize("method", prune.METHODS)
@@ -125,8 +116,8 @@ def test_pruned_gguf_runs_in_both_builds_as_the_pruned_model(distinct_blocks, ca
     assert len(meta["awq2gguf.drop_blocks.calib_ppl"].split(",")) == 3
     assert f"dropped blocks {blocks[0]}, {blocks[1]} ({method})" in " ".join(result.output.split())
     with torch.no_grad():
-        want = torch.log_softmax(without(fp_model(distinct_blocks), blocks)(torch.tensor([TOKENS])).logits[0], -1)
-        unpruned = torch.log_softmax(fp_model(distinct_blocks)(torch.tensor([TOKENS])).logits[0], -1)
+        want = torch.log_softmax(without(f16_rounded_model(distinct_blocks), blocks)(torch.tensor([TOKENS])).logits[0], -1)
+        unpruned = torch.log_softmax(f16_rounded_model(distinct_blocks)(torch.tensor([TOKENS])).logits[0], -1)
 
     def kl(p, q):
         return (p.exp() * (p - q)).sum(-1).mean().item()

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gguf import GGUFReader
-
 from ..builds import Build
+from ..serve.provenance import provenance
 from .awq_compare import Made, awq2gguf
 from .llama_bench import RUNNERS
 
@@ -30,11 +29,11 @@ class Pruned:
 
 
 def _dropped(path: Path) -> tuple[list[int], float | None]:
-    fields = GGUFReader(path).fields
-    if "awq2gguf.drop_blocks.blocks" not in fields:
+    """The blocks OUT dropped and the calibration perplexity after the last, from its metadata."""
+    meta = dict(provenance(path))
+    if "drop_blocks.blocks" not in meta:
         return [], None
-    blocks = [int(b) for b in fields["awq2gguf.drop_blocks.blocks"].contents().split(",")]
-    return blocks, float(fields["awq2gguf.drop_blocks.calib_ppl"].contents().split(",")[-1])
+    return [int(b) for b in meta["drop_blocks.blocks"].split(",")], float(meta["drop_blocks.calib_ppl"].split(",")[-1])
 
 
 def make_pruned(build: Build, model_dir: Path, out_dir: Path, args: list[str], counts: list[int],
