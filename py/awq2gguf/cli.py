@@ -10,7 +10,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import prune
+from . import prune, tune
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
 from .bench.machine import physical_cores
@@ -31,7 +31,10 @@ class RichProgress:
     def stage(self, description, total=None):
         task = self.progress.add_task(description, total=total)
         started = time.perf_counter()
-        yield lambda done: self.progress.update(task, completed=done)
+        def update(done, note=None):
+            self.progress.update(task, completed=done, **({"description": f"{description}: {note}"} if note else {}))
+
+        yield update
         self.progress.remove_task(task)
         err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
 
@@ -58,7 +61,8 @@ Calibrates on text (optionally merging a LoRA adapter first and dropping whole d
 after), searches per-channel AWQ scales and per-block clipping against llama.cpp's
 exact Q4_0 quantizer, rounds column by column with GPTQ-style error compensation on the same grid,
 and folds the result into weights whose plain Q4_0 rounding is exactly what was searched (a standard
-model: stock llama.cpp loads the result too). Each choice is kept only where it beats plain rounding,
+model: stock llama.cpp loads the result too); optionally trains it further through the same quantizer
+against the FP model's next-token distributions (--tune-steps). Each choice is kept only where it beats plain rounding,
 and the finished model is checked against plain Q4_0 on held-out calibration text. The model is held
 one decoder block at a time; the vendored convert_hf_to_gguf.py writes OUT (other --qtype values and
 --build stock go through an F32 GGUF and llama-quantize). OUT appears only when complete.
@@ -90,6 +94,19 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=_block_list,
               help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
                    "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
+@click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
+              help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
+                   f"{tune.SEQUENCES_PER_STEP} calibration sequences, distilling the FP model's next-token "
+                   f"distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's). Holds the "
+                   "whole model in memory with the optimizer's state (about 16 bytes per weight).")
+@click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
+              help="Peak learning rate of the tuning (AdamW; warm-up over a tenth of the steps, then a cosine to 0).")
+@click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
+              help="all: every block matrix (through the quantizer), norm and bias; norms: the norms and "
+                   "biases only (cheaper, and they stay F32 in the GGUF).")
+@click.option("--tune-loss", type=click.Choice(tune.LOSSES), default="kl", show_default=True,
+              help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's "
+                   "own cross-entropy on each next token (TSLD, Kim et al. 2023).")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
               help="Number of calibration sequences.")
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
@@ -123,7 +140,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
 @click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
-def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, calib_samples,
+def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, tune_steps,
+         tune_lr, tune_params, tune_loss, calib_samples,
          calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, seed):
     import torch
     from transformers.utils import logging as hf_logging
@@ -131,7 +149,8 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
     opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
-                   drop_method=drop_blocks_method, drop_list=drop_list, calib_samples=calib_samples,
+                   drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_lr=tune_lr,
+                   tune_params=tune_params, tune_loss=tune_loss, calib_samples=calib_samples,
                    calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
                    compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
                    threads=threads, seed=seed)
@@ -139,6 +158,9 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
         raise click.UsageError("--drop-blocks and --drop-block-list: give one of them")
     if opts.drops_blocks and engine == "autoawq":
         raise click.UsageError("dropping blocks works with --engine awq2gguf only")
+    if tune_steps and (engine == "autoawq" or not opts.converter_writes_out):
+        raise click.UsageError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
+                               "and --engine awq2gguf")
     started = time.perf_counter()
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -156,6 +178,9 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
                   f"{summary.mean_alpha:.2f}), clipping in {summary.clipped[0]}/{summary.clipped[1]} and "
                   f"compensated rounding in {summary.compensated[0]}/{summary.compensated[1]} blocks; "
                   f"block output error {summary.block_error_ratio:.3f}x plain")
+    if summary.tune_losses:
+        err.print(f"tuning: distillation loss {summary.tune_losses[0]:.4f} (first step) -> "
+                  f"{summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
     if summary.check_kld is not None:
         verdict = "[red]lost: wrote plain Q4_0[/]" if summary.fell_back else "kept"
         err.print(f"check on held-out calibration: KLD to FP {summary.check_kld:.4f} vs plain Q4_0 "

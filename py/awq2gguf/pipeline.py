@@ -1,4 +1,4 @@
-"""awq2gguf's main job: HF folder -> (LoRA merge) -> calibration -> (dropping blocks) -> AWQ search -> folded FP weights -> GGUF -> quantized GGUF.
+"""awq2gguf's main job: HF folder -> (LoRA merge) -> calibration -> (dropping blocks) -> AWQ search -> (tuning) -> folded FP weights -> GGUF -> quantized GGUF.
 
 Everything in between lives in a work folder beside OUT (same file system, so the final rename
 is atomic) that is removed at the end, whatever happens: OUT appears complete or not at all.
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from . import __version__, calibration, checkpoint, lora, prune
+from . import __version__, calibration, checkpoint, lora, prune, tune
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
@@ -48,6 +48,10 @@ class Options:
     drop_blocks: int = 0  # blocks to drop before AWQ, chosen by drop_method on the calibration tokens
     drop_method: str = "sleb"
     drop_list: tuple[int, ...] = ()  # or exactly these blocks
+    tune_steps: int = 0  # quantization-aware tuning with distillation after AWQ (tune.py)
+    tune_lr: float = 1e-4
+    tune_params: str = "all"
+    tune_loss: str = "kl"
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
@@ -86,17 +90,19 @@ class Summary:
     check_plain_kld: float | None = None  # ... and of plain Q4_0
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
+    tune_losses: list[float] = field(default_factory=list)  # distillation loss of each tuning step
 
 
 class Progress(Protocol):
-    def stage(self, description: str, total: int | None = None) -> ContextManager[Callable[[int], None]]:
-        """A stage of the job; the context yields a callback taking the number of steps done."""
+    def stage(self, description: str, total: int | None = None) -> ContextManager[Callable[..., None]]:
+        """A stage of the job; the context yields a callback taking the number of steps done, and
+        optionally a note on the latest (e.g. a loss)."""
 
 
 class NoProgress:
     @contextmanager
     def stage(self, description, total=None):
-        yield lambda done: None
+        yield lambda done, note=None: None
 
 
 def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
@@ -115,6 +121,14 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         # before any removal, then after each
         "awq2gguf.drop_blocks.calib_ppl": "str:" + ",".join(
             f"{p:.4f}" for p in (summary.dropped.ppl_before, *summary.dropped.ppl)),
+    }
+    tuned = {} if not summary.tune_losses else {
+        "awq2gguf.tune.steps": f"int:{opts.tune_steps}",
+        "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",
+        "awq2gguf.tune.params": f"str:{opts.tune_params}",
+        "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
+        # the distillation loss of the first and the last step
+        "awq2gguf.tune.losses": f"str:{summary.tune_losses[0]:.6f},{summary.tune_losses[-1]:.6f}",
     }
     merged = {} if adapter is None else {
         "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
@@ -135,6 +149,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         **check,
         **merged,
         **dropped,
+        **tuned,
     }
 
 
@@ -159,7 +174,7 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
 
 
 def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
-         progress: Progress, summary: Summary) -> Path:
+         progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Path:
     import torch
 
     from .awq.apply import apply_awq
@@ -184,6 +199,8 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     summary.clipped = (sum(result.clipped), len(result.clipped))
     summary.compensated = (sum(result.compensated), len(result.compensated))
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
+    if teacher is not None:
+        summary.tune_losses = _tune(streamed, calib, teacher, opts, progress)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
             (folded,) = model_log_probs(model, held_out, (True,), streamed)
@@ -196,6 +213,21 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             streamed.reset()
     with progress.stage("writing the folded model"):
         return streamed.write_folder()
+
+
+def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
+          progress: Progress) -> list[float]:
+    """Tune the folded model, all in memory, and save its blocks and final norm."""
+    model = streamed.model
+    with progress.stage("loading the folded model for tuning"):
+        streamed.load(*streamed.parts)
+    what = f"tuning {'every block matrix' if opts.tune_params == 'all' else 'the norms'} through Q4_0 ({opts.tune_loss})"
+    with progress.stage(what, opts.tune_steps) as done:
+        losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, opts.tune_lr, opts.tune_params,
+                           opts.tune_loss, opts.seed, on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
+    streamed.save(*model.model.layers, model.model.norm)
+    streamed.release(*streamed.parts)  # the embeddings and output matrix: unchanged
+    return losses
 
 
 def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
@@ -257,6 +289,13 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
         summary.seconds["calibration"] = time.perf_counter() - started
+        teacher = None
+        if opts.tune_steps:
+            started = time.perf_counter()
+            # Before dropping blocks: a pruned model is distilled from the whole one.
+            with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
+                teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
+            summary.seconds["teacher"] = time.perf_counter() - started
         if opts.drops_blocks:
             started = time.perf_counter()
             summary.dropped = _drop_blocks(streamed, calib, opts, progress)
@@ -269,7 +308,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             with progress.stage("AutoAWQ search (export_compatible)"):
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
-            folded = _awq(streamed, calib, opts, work, progress, summary)
+            folded = _awq(streamed, calib, opts, work, progress, summary, teacher)
         summary.seconds["AWQ"] = time.perf_counter() - started
 
         started = time.perf_counter()

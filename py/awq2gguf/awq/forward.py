@@ -7,7 +7,7 @@ back after, so a model bigger than memory can be held one decoder block at a tim
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 from torch import nn
@@ -86,13 +86,19 @@ def output_modules(model: nn.Module) -> tuple[nn.Module, ...]:
     return model.model.norm, model.get_output_embeddings()
 
 
+def _cat(parts: list):
+    return tuple(torch.cat(p) for p in zip(*parts)) if isinstance(parts[0], tuple) else torch.cat(parts)
+
+
 @torch.no_grad()
 def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[bool, ...],
-                    weights: Weights = RESIDENT) -> list[torch.Tensor]:
+                    weights: Weights = RESIDENT, keep: Callable = lambda lp, _ids: lp) -> list:
     """Log-probabilities (tokens, vocab) of every position of input_ids, one tensor per entry of
     `quantized`: the FP model (False) or the all-Q4_0 one (True: every linear, the token
     embeddings and the output matrix Q4_0, as the GGUF will be). Sequences run one at a time;
-    each part's weights are loaded once for all the variants."""
+    each part's weights are loaded once for all the variants. keep(log-probs, ids) reduces each
+    sequence's (a tensor or a tuple of them, concatenated over the sequences in place of the
+    log-probabilities)."""
     embed = model.get_input_embeddings()
     weights.load(embed)
     inputs = [first_block_input(model, row[None]) for row in input_ids]
@@ -108,6 +114,7 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
         weights.release(layer)
     norm, head = output_modules(model)
     weights.load(norm, head)
-    out = [torch.cat([log_probs(x, norm, head, quantize_head=q) for x in xs]) for q, xs in zip(quantized, states)]
+    out = [_cat([keep(log_probs(x, norm, head, quantize_head=q), ids) for x, ids in zip(xs, input_ids)])
+           for q, xs in zip(quantized, states)]
     weights.release(norm, head)
     return out

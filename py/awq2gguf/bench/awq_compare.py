@@ -2,7 +2,8 @@
 
 Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file (with
 and without compensated rounding) and with self-sampled text (and with --untie-output when the
-model ties its output matrix), and the AutoAWQ engine when installed. The calibration windows
+model ties its output matrix), optionally tuned (--tune-steps) and with given blocks dropped
+(--drop-block-list, without and with tuning), and the AutoAWQ engine when installed. The calibration windows
 come from the second half of the evaluation text, which the perplexity windows (at its start)
 never reach, and are written to one file that awq2gguf, AutoAWQ and llama-imatrix all read, so
 every method sees the same text.
@@ -77,9 +78,11 @@ def autoawq_available() -> bool:
 
 def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
                   n_samples: int, n_tokens: int, autoawq: bool, threads: int, seeds: tuple[int, ...] = (0,),
-                  log=print) -> list[Made]:
+                  tune_steps: int = 0, drop_list: tuple[int, ...] = (), log=print) -> list[Made]:
     """Each method's file; the self-sampled variant once per seed, since which text the model happens
-    to sample moves its perplexity more than the differences between methods."""
+    to sample moves its perplexity more than the differences between methods. With tune_steps, the
+    calibration-file and first-seed variants tuned too; with drop_list, the calibration-file
+    variant with those blocks dropped, and (with tune_steps) dropped and tuned."""
     out_dir.mkdir(parents=True, exist_ok=True)
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
@@ -93,6 +96,19 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
                ["--seed", str(seed)]) for seed in seeds),
             *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
                 ["--calib", str(calib), "--untie-output"])] if _ties_output(model_dir) else [])]
+    tune = ["--tune-steps", str(tune_steps)]
+    if tune_steps:
+        runs += [(f"awq2gguf, calibration file, --tune-steps {tune_steps}", "awq2gguf-file-tuned-Q4_0.gguf",
+                  ["--calib", str(calib), *tune]),
+                 (f"awq2gguf, self-sampled text, seed {seeds[0]}, --tune-steps {tune_steps}",
+                  f"awq2gguf-self-seed{seeds[0]}-tuned-Q4_0.gguf", ["--seed", str(seeds[0]), *tune])]
+    if drop_list:
+        drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, drop_list))]
+        runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped", "awq2gguf-file-drop-Q4_0.gguf",
+                     drop))
+        if tune_steps:
+            runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped, --tune-steps {tune_steps}",
+                         "awq2gguf-file-drop-tuned-Q4_0.gguf", drop + tune))
     if autoawq:
         runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
                      ["--calib", str(calib), "--engine", "autoawq"]))

@@ -27,6 +27,10 @@ def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     return seeds
 
 
+def _parse_blocks(_ctx, _param, value: str | None) -> tuple[int, ...]:
+    return comma_ints(value) if value else ()
+
+
 @report_kinds("awq")
 @dataclass(kw_only=True)
 class AwqReport(Report):
@@ -63,10 +67,16 @@ class AwqReport(Report):
               help="Comma-separated seeds: one self-sampled variant per seed, to show the spread.")
 @click.option("--autoawq/--no-autoawq", default=None,
               help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
+@click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
+              help="Add the calibration-file and first-seed variants tuned for this many steps (awq2gguf --tune-steps).")
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=_parse_blocks,
+              help="Add the calibration-file variant with these blocks dropped (e.g. SLEB's choice in bench prune), "
+                   "and with --tune-steps dropped and tuned: how much of the pruning's loss tuning wins back.")
 @THREADS
 @DEV_MODEL
 @JSON
-def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, threads, dev_model, as_json):
+def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list, threads,
+        dev_model, as_json):
     """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
@@ -82,7 +92,8 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
             plain = quantized_by(build, f16, "Q4_0", log)
             made = awq_compare.make_variants(
                 build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
-                calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds, log)
+                calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds,
+                tune_steps, drop_list, log)
             log("computing FP16 logits, then each variant's PPL and KLD")
             base_logits = Path(tmp) / "base.kld"
             fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]

@@ -1,0 +1,158 @@
+"""Quantization-aware tuning with distillation, on ggml's exact Q4_0 grid (`--tune-steps`).
+
+After AWQ, the folded model's matrices lie on the Q4_0 grid. Tuning goes on from there, the whole
+model in memory: every decoder-block matrix is passed through q4_0_fake_quant on the way forward
+(the gradient goes straight through to its FP32 latent copy), the token embeddings and output
+matrix are Q4_0 and frozen, and the loss is the KL divergence from the FP model's next-token
+distribution (the teacher), per token. What is saved is the latent weights: their round-to-nearest
+Q4_0, which the converter writes, is exactly the model that was trained.
+
+The teacher's distributions are computed once, before AWQ (before dropping blocks, so that a
+pruned model is distilled from the unpruned one), and kept as their TOP_K largest log-probabilities
+plus the log of the rest's mass: the KL over those TOP_K + 1 outcomes is exact for them and a lower
+bound of the full one, and costs TOP_K numbers per token instead of the vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.utils import parametrize
+
+from .awq.forward import RESIDENT, Weights, model_log_probs
+from .q4_0 import q4_0_fake_quant
+
+TOP_K = 64
+PARAMS = ("all", "norms")  # what trains: every block's matrices, norms and biases; or the norms and biases only
+LOSSES = ("kl", "tsld")
+TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
+SEQUENCES_PER_STEP = 4
+WARMUP = 0.1  # share of the steps over which the learning rate rises
+
+
+@dataclass(frozen=True)
+class Teacher:
+    """The FP model's next-token distributions on the tuning sequences (sequences, tokens, ...)."""
+    top_log_probs: torch.Tensor  # (n, T, TOP_K)
+    top_ids: torch.Tensor  # (n, T, TOP_K)
+    rest_log_prob: torch.Tensor  # (n, T): log of the mass outside the top TOP_K
+    target_log_prob: torch.Tensor  # (n, T - 1): of the token that comes next (TSLD's token scale)
+
+
+def teacher(model: nn.Module, input_ids: torch.Tensor, weights: Weights = RESIDENT) -> Teacher:
+    def keep(lp: torch.Tensor, ids: torch.Tensor):
+        lp = lp.float()
+        top = lp.topk(TOP_K, dim=-1)
+        rest = lp.scatter(-1, top.indices, -math.inf).logsumexp(-1)
+        target = lp[:-1].gather(-1, ids[1:, None])[:, 0]
+        return top.values, top.indices, rest, target
+
+    (kept,) = model_log_probs(model, input_ids, (False,), weights, keep=keep)
+    n, t = input_ids.shape
+    top, ids, rest, target = kept
+    return Teacher(top.reshape(n, t, TOP_K), ids.reshape(n, t, TOP_K), rest.reshape(n, t), target.reshape(n, t - 1))
+
+
+def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, loss: str = "kl") -> torch.Tensor:
+    """Mean over the sequences `rows` of the teacher's KL divergence to logits (len(rows), T, vocab)
+    over TOP_K + 1 outcomes, per token: averaged (kl), or weighted by the softmax over the sequence of
+    the teacher's cross-entropy on the next token over TSLD_TEMPERATURE (tsld: tokens the teacher
+    finds hard weigh more). The last position has no next token and is left out of both."""
+    lp = F.log_softmax(logits[:, :-1].float(), -1)
+    top_lp, top_ids = teacher.top_log_probs[rows, :-1], teacher.top_ids[rows, :-1]
+    rest_lp = teacher.rest_log_prob[rows, :-1]
+    student_top = lp.gather(-1, top_ids)
+    student_rest = lp.scatter(-1, top_ids, -math.inf).logsumexp(-1)
+    kl = (top_lp.exp() * (top_lp - student_top)).sum(-1) + rest_lp.exp() * (rest_lp - student_rest)
+    if loss == "tsld":
+        scale = F.softmax(-teacher.target_log_prob[rows] / TSLD_TEMPERATURE, dim=-1)
+    else:
+        scale = torch.full_like(kl, 1 / kl.shape[-1])
+    return (kl * scale).sum(-1).mean()
+
+
+class _FakeQ4_0(nn.Module):
+    """Parametrization: the weight's Q4_0 round trip forward, the identity backward (STE)."""
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return w + (q4_0_fake_quant(w) - w).detach()
+
+
+def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Linear], list[nn.Parameter]]:
+    """The decoder blocks' matrices that train through the fake quantizer (none with "norms"), and
+    every parameter that trains: those, the norms' weights and the biases (all F32 in the GGUF)."""
+    matrices = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear)] if params == "all" else []
+    exact = [p for p in model.model.parameters() if p.dim() == 1]
+    return matrices, [m.weight for m in matrices] + exact
+
+
+def _schedule(step: int, steps: int) -> float:
+    """The learning rate's factor: a linear warm-up over WARMUP of the steps, then a cosine to 0."""
+    warm = max(1, round(WARMUP * steps))
+    if step < warm:
+        return (step + 1) / warm
+    return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
+         params: str = "all", loss: str = "kl", seed: int = 0,
+         on_step: Callable[[int, float], None] = lambda step, loss: None) -> list[float]:
+    """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
+    for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
+    epochs; returns each step's loss. Afterwards the matrices hold their latent FP32 weights; the
+    embeddings and output matrix hold their Q4_0 values."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    embed, head = model.get_input_embeddings(), model.get_output_embeddings()
+    with torch.no_grad():
+        for m in {embed, head}:
+            m.weight.data = q4_0_fake_quant(m.weight.data)
+    matrices, trainable = _trainable(model, params)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in trainable:
+        p.requires_grad_(True)
+    for m in matrices:
+        parametrize.register_parametrization(m, "weight", _FakeQ4_0())
+    model.to(device)
+    teacher = _on(teacher, device)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _schedule(step, steps))
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    losses = []
+    try:
+        for step in range(steps):
+            rows = []
+            while len(rows) < min(SEQUENCES_PER_STEP, len(input_ids)):
+                order = order or torch.randperm(len(input_ids), generator=generator).tolist()
+                rows.append(order.pop())
+            total = 0.0
+            for row in rows:  # one sequence at a time: a (tokens, vocab) logit block is the largest tensor
+                logits = model(input_ids[row:row + 1].to(device), use_cache=False).logits
+                part = distill_loss(logits, teacher, torch.tensor([row], device=device), loss) / len(rows)
+                part.backward()
+                total += part.item()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            schedule.step()
+            losses.append(total)
+            on_step(step + 1, total)
+    finally:
+        for m in matrices:
+            parametrize.remove_parametrizations(m, "weight", leave_parametrized=False)
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model.to("cpu")
+    return losses
+
+
+def _on(teacher: Teacher, device: torch.device) -> Teacher:
+    if device.type == "cpu":
+        return teacher
+    return Teacher(*(t.to(device) for t in (teacher.top_log_probs, teacher.top_ids, teacher.rest_log_prob,
+                                            teacher.target_log_prob)))

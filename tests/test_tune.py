@@ -1,0 +1,187 @@
+"""Quantization-aware tuning (--tune-steps): the teacher and the loss against brute force, tuning
+lowers the loss, and the tuned GGUF is exactly the trained model (its Q4_0 blocks are q4_0.py's
+of the tuned weights, its logits the fake-quantized model's in both builds)."""
+
+import copy
+import math
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from gguf import GGUFReader
+from gguf.quants import quantize
+from torch import nn
+from torch.nn import functional as F
+from transformers import AutoModelForCausalLM
+
+from awq2gguf import tune
+from awq2gguf.checkpoint import copy_other_files
+from awq2gguf.cli import main
+from awq2gguf.q4_0 import q4_0_fake_quant
+from conftest import f16_rounded_model, llama_cpp_logits
+
+TOKENS = [9707, 1879, 13, 576, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562]
+
+
+def ids(n_samples=4, n_tokens=32, seed=1):
+    return torch.randint(0, 5000, (n_samples, n_tokens), generator=torch.Generator().manual_seed(seed))
+
+
+def fake_quantized(model: nn.Module) -> nn.Module:
+    """A copy with every matrix (embeddings and output included) at its Q4_0 values: the GGUF's model."""
+    q = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in q.parameters():
+            if p.dim() == 2:
+                p.copy_(q4_0_fake_quant(p))
+    return q
+
+
+def loss_of(model: nn.Module, input_ids: torch.Tensor, teacher: tune.Teacher) -> float:
+    with torch.no_grad():
+        return tune.distill_loss(fake_quantized(model)(input_ids).logits, teacher, torch.arange(len(input_ids))).item()
+
+
+def kl(p: torch.Tensor, q: torch.Tensor) -> float:
+    return (p.exp() * (p - q)).sum(-1).mean().item()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_hf, tmp_path_factory):
+    """A tiny Qwen2 (biases, an output matrix of its own) whose next-token distributions are peaked,
+    so that Q4_0 moves them (a random model's are nearly uniform)."""
+    source = tiny_hf("Qwen2ForCausalLM", "tiny-untied")
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(10)
+        model.lm_head.weight.mul_(20)
+    out = tmp_path_factory.mktemp("peaked") / "model"
+    model.save_pretrained(out)
+    copy_other_files(source, out)  # the tokenizer
+    return out
+
+
+def test_teacher_keeps_the_top_k_and_the_rest_of_the_fp_distribution(model_dir):
+    model, x = f16_rounded_model(model_dir), ids(2, 16)
+    got = tune.teacher(model, x)
+    with torch.no_grad():
+        full = F.log_softmax(model(x).logits, -1)
+    top = full.topk(tune.TOP_K, dim=-1)
+    # model_log_probs keeps FP16 log-probabilities: a few thousandths at these magnitudes
+    torch.testing.assert_close(got.top_log_probs, top.values, atol=1e-2, rtol=0)
+    torch.testing.assert_close(full.gather(-1, got.top_ids), top.values, atol=1e-2, rtol=0)
+    rest = full.scatter(-1, top.indices, -math.inf).logsumexp(-1)
+    torch.testing.assert_close(got.rest_log_prob, rest, atol=1e-2, rtol=0)
+    torch.testing.assert_close(got.target_log_prob, full[:, :-1].gather(-1, x[:, 1:, None])[..., 0], atol=1e-2,
+                               rtol=0)
+
+
+@pytest.mark.parametrize("loss", tune.LOSSES)
+def test_distill_loss_is_the_kl_over_the_top_k_and_the_rest(loss):
+    g = torch.Generator().manual_seed(0)
+    teacher_lp = F.log_softmax(3 * torch.randn(3, 10, 200, generator=g), -1)
+    student = 3 * torch.randn(3, 10, 200, generator=g)
+    x = torch.randint(0, 200, (3, 10), generator=g)
+    top = teacher_lp.topk(tune.TOP_K, dim=-1)
+    rest = teacher_lp.scatter(-1, top.indices, -math.inf).logsumexp(-1)
+    target = teacher_lp[:, :-1].gather(-1, x[:, 1:, None])[..., 0]
+    teacher = tune.Teacher(top.values, top.indices, rest, target)
+    rows = torch.tensor([2, 0])
+    want = []
+    for r in rows.tolist():
+        s = F.log_softmax(student[r], -1)
+        per_token = []
+        for t in range(9):  # the last position has no next token
+            p = torch.cat([teacher_lp[r, t, top.indices[r, t]].exp(), rest[r, t, None].exp()])
+            outside = torch.ones(200, dtype=torch.bool)
+            outside[top.indices[r, t]] = False
+            q = torch.cat([s[t, top.indices[r, t]].exp(), s[t, outside].exp().sum()[None]])
+            per_token.append((p * (p.log() - q.log())).sum())
+        per_token = torch.stack(per_token)
+        ce = -teacher_lp[r, torch.arange(9), x[r, 1:]]
+        weight = torch.softmax(ce / tune.TSLD_TEMPERATURE, 0) if loss == "tsld" else torch.full((9,), 1 / 9)
+        want.append((weight * per_token).sum())
+    got = tune.distill_loss(student[rows], teacher, rows, loss)
+    torch.testing.assert_close(got, torch.stack(want).mean(), rtol=1e-4, atol=1e-6)
+    assert tune.distill_loss(teacher_lp[rows], teacher, rows, loss).abs() < 1e-5  # the teacher itself: 0
+
+
+@pytest.mark.parametrize("params", tune.PARAMS)
+def test_tuning_lowers_the_distillation_loss(model_dir, params):
+    fp, x = f16_rounded_model(model_dir), ids()
+    teacher = tune.teacher(fp, x)
+    student = fake_quantized(fp)  # where AWQ leaves it: on the grid
+    before = loss_of(student, x, teacher)
+    matrices = {n: p.clone() for n, p in student.named_parameters() if p.dim() == 2}
+    losses = tune.tune(student, x, teacher, steps=8, lr=3e-4 if params == "all" else 1e-2, params=params)
+    after = loss_of(student, x, teacher)
+    assert losses[0] == pytest.approx(before, rel=1e-4)  # the first step's loss is the start's
+    assert after < 0.9 * before, (before, after, losses)
+    moved = [n for n, p in student.named_parameters() if p.dim() == 2 and not torch.equal(p, matrices[n])]
+    if params == "all":
+        assert moved and all(".layers." in n for n in moved)  # embeddings and output matrix stay
+    else:
+        assert moved == []
+    assert not any(p.requires_grad for p in student.parameters())
+
+
+def test_tuned_gguf_is_the_trained_model(model_dir, calib_text, builds, tmp_path, monkeypatch):
+    """awq2gguf --tune-steps, the trained model caught as tune.tune leaves it: OUT's Q4_0 blocks
+    are gguf.quants' (ggml's) of its weights, its norms and biases are the trained ones, and both
+    builds give the fake-quantized model's logits."""
+    caught = {}
+
+    def catching(model, *args, **kwargs):
+        caught["before"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        losses = tune_tune(model, *args, **kwargs)
+        caught["after"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        return losses
+    tune_tune = tune.tune
+    monkeypatch.setattr(tune, "tune", catching)
+    out = tmp_path / "out.gguf"
+    result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "6",
+                                       "--tune-lr", "1e-3", "--calib-samples", "4", "--calib-tokens", "64",
+                                       "--calib-held-out", "0"])
+    assert result.exit_code == 0, result.output
+    assert "tuning: distillation loss" in result.output
+    before, after = caught["before"], caught["after"]
+    reader = GGUFReader(out)
+    meta = {k: f.contents() for k, f in reader.fields.items()}
+    assert meta["awq2gguf.tune.steps"] == 6 and meta["awq2gguf.tune.params"] == "all"
+    tensors = {t.name: t for t in reader.tensors}
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, len([n for n in after if n.endswith("input_layernorm.weight")]))
+    changed = 0
+    for name, w in after.items():
+        if ".layers." not in name:
+            continue
+        t = tensors[names.get_name(name, try_suffixes=(".weight", ".bias"))]
+        if w.dim() == 2:
+            assert t.tensor_type == gguf.GGMLQuantizationType.Q4_0, name
+            want = quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_0)
+            assert np.array_equal(np.asarray(t.data).reshape(want.shape), want), name
+            changed += not torch.equal(q4_0_fake_quant(w), q4_0_fake_quant(before[name]))
+        else:
+            assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), name
+    assert changed > 0  # the tuning moved weights across the grid
+    model = f16_rounded_model(model_dir)
+    model.load_state_dict(after)
+    with torch.no_grad():
+        want = F.log_softmax(fake_quantized(model)(torch.tensor([TOKENS])).logits[0], -1)
+        untuned = copy.deepcopy(model)
+        untuned.load_state_dict(before)
+        assert kl(want, F.log_softmax(fake_quantized(untuned)(torch.tensor([TOKENS])).logits[0], -1)) > 5e-3
+    for build in builds.values():
+        got = F.log_softmax(torch.from_numpy(np.asarray(llama_cpp_logits(build, out, TOKENS))).float(), -1)
+        assert kl(want, got) < 1e-3, build.name
+
+
+@pytest.mark.parametrize("args", [["--qtype", "Q8_0"], ["--build", "stock"], ["--engine", "autoawq"]])
+def test_tuning_other_files_is_refused_before_any_work(model_dir, calib_text, tmp_path, args):
+    out = tmp_path / "out.gguf"
+    result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "2",
+                                       *args])
+    assert result.exit_code != 0
+    assert "--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched" in result.output
+    assert list(tmp_path.iterdir()) == []
