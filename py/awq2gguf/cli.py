@@ -97,8 +97,9 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
               help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
                    f"{tune.SEQUENCES_PER_STEP} calibration sequences, distilling the FP model's next-token "
-                   f"distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's). Holds the "
-                   "whole model in memory with the optimizer's state (about 16 bytes per weight).")
+                   f"distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's). Wants more text than "
+                   "the search (16 sequences overfit; e.g. --calib-samples 128). Holds the whole model in memory "
+                   "with the optimizer's state and activations (SmolLM2-135M: 4.9 GiB peak).")
 @click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
               help="Peak learning rate of the tuning (AdamW; warm-up over a tenth of the steps, then a cosine to 0).")
 @click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
