@@ -225,8 +225,8 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     with progress.stage(what, opts.tune_steps) as done:
         losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, opts.tune_lr, opts.tune_params,
                            opts.tune_loss, opts.seed, on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
-    streamed.save(*model.model.layers, model.model.norm)
-    streamed.release(*streamed.parts)  # the embeddings and output matrix: unchanged
+    streamed.save(*model.model.layers, model.model.norm)  # saving releases them
+    streamed.release(streamed.embed, streamed.head)  # unchanged: let them go unsaved
     return losses
 
 
