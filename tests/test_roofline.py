@@ -42,9 +42,10 @@ def test_fractions_on_fixed_numbers(tmp_path, monkeypatch):
     from awq2gguf.bench import roofline
 
     monkeypatch.setattr(roofline, "read_tensor_infos", lambda _: [EMBD, W, NORM])
-    r = roofline.fractions(tmp_path / "m.gguf", bandwidth_gbs=9.32e-6, peak=Int8Peak(1, 1e-9 * 16384, 1, ""),
-                           decode_tps=0.5, prefill_tps=0.25)
-    # bound = 9320 B/s / 9320 B = 1 token/s; 16384 ops/s / 16384 ops = 1 token/s
+    r = roofline.fractions(tmp_path / "m.gguf", bandwidth_gbs=[9.32e-6, 3 * 9.32e-6, 9.32e-6],
+                           peak=Int8Peak(1, 1e-9 * 16384, 1, ""), decode_tps=[0.5, 0.6, 0.7], prefill_tps=0.25)
+    # bounds = 9320 B/s / 9320 B = 1 token/s, then 3, then 1: each repetition against its own,
+    # fractions 0.5, 0.2, 0.7; 16384 ops/s / 16384 ops = 1 token/s
     assert r["decode_bound_tps"] == pytest.approx(1.0) and r["decode_fraction"] == pytest.approx(0.5)
     assert r["prefill_bound_tps"] == pytest.approx(1.0) and r["prefill_fraction"] == pytest.approx(0.25)
 

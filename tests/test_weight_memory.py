@@ -1,12 +1,14 @@
-"""Patches 0003 and 0004: a tied embedding is held once, and weights copied out of the file
-mapping (repacked Q4_0) do not stay resident as file pages too. Sizes here are structural (which
-buffer holds what, which pages are mapped in), not speed or memory goals: those are in bench."""
+"""Patches 0003, 0004 and 0014: a tied embedding is held once, weights copied out of the file
+mapping (repacked Q4_0) do not stay resident as file pages too, and their buffer asks for huge
+pages. Sizes here are structural (which buffer holds what, which pages are mapped in), not speed
+or memory goals: those are in bench."""
 
 import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from gguf import GGUFReader
@@ -43,17 +45,19 @@ def read_cold(model):
             pass
 
 
-def resident_model_pages(build, model):
-    """(KiB of the model file's mapping that are resident after loading and generating, text)."""
+def pages_after_generating(build, model):
+    """{"file_kib": KiB of the model file's mapping resident after loading and generating,
+    "anon_huge_kib": KiB of anonymous memory on transparent huge pages, "text": the text}."""
     read_cold(model)
     code = ("import sys, json; from llama_cpp import Llama; "
             "llm = Llama(model_path=sys.argv[1], n_ctx=128, n_threads=2, verbose=False); "
             f"text = llm({PROMPT!r}, max_tokens=8, temperature=0)['choices'][0]['text']; "
-            "rss, inside = 0, False\n"
+            "rss, huge, inside = 0, 0, False\n"
             "for line in open('/proc/self/smaps'):\n"
             "    if line[0] in '0123456789abcdef' and '-' in line.split()[0]: inside = line.rstrip().endswith(sys.argv[1])\n"
             "    elif inside and line.startswith('Rss:'): rss += int(line.split()[1])\n"
-            "print(json.dumps([rss, text]))")
+            "    elif line.startswith('AnonHugePages:'): huge += int(line.split()[1])\n"
+            "print(json.dumps({'file_kib': rss, 'anon_huge_kib': huge, 'text': text}))")
     proc = subprocess.run([sys.executable, "-c", code, str(model)], env=build.env(), capture_output=True, text=True,
                           check=True, timeout=300)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -61,8 +65,26 @@ def resident_model_pages(build, model):
 
 def test_repacked_weights_do_not_stay_resident_as_file_pages(builds, smollm2_q4_0):
     file_kib = smollm2_q4_0.stat().st_size / 1024
-    (stock_rss, stock_text), (patched_rss, patched_text) = (resident_model_pages(builds[b], smollm2_q4_0)
-                                                            for b in ("stock", "patched"))
-    assert stock_rss > 0.9 * file_kib  # stock: the whole file stays mapped in beside the repacked copy
-    assert patched_rss < 0.05 * file_kib  # patched: only pages around the mmap-backed norms
-    assert patched_text == stock_text and len(patched_text) > 8
+    stock, patched = (pages_after_generating(builds[b], smollm2_q4_0) for b in ("stock", "patched"))
+    assert stock["file_kib"] > 0.9 * file_kib  # stock: the whole file stays mapped in beside the repacked copy
+    assert patched["file_kib"] < 0.05 * file_kib  # patched: only pages around the mmap-backed norms
+    assert patched["text"] == stock["text"] and len(patched["text"]) > 8
+
+
+def transparent_huge_pages():
+    """The kernel's THP mode: always, madvise or never (None where the kernel has no THP)."""
+    setting = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    return re.search(r"\[(\w+)\]", setting.read_text()).group(1) if setting.exists() else None
+
+
+def test_repacked_weights_ask_for_huge_pages(builds, smollm2_q4_0):
+    mode = transparent_huge_pages()
+    if mode in (None, "never"):
+        pytest.skip(f"transparent huge pages are {mode or 'not built into this kernel'}: there is nothing to ask for")
+    repacked_kib = model_buffers(builds["patched"], smollm2_q4_0, "none")["CPU_REPACK"] * 1024
+    stock, patched = (pages_after_generating(builds[b], smollm2_q4_0) for b in ("stock", "patched"))
+    # Only the buffers' last partial 2 MiB stay on small pages.
+    assert patched["anon_huge_kib"] > 0.8 * repacked_kib, patched
+    if mode == "madvise":  # stock does not ask, so it gets none (with "always" every process gets them)
+        assert stock["anon_huge_kib"] < 0.1 * repacked_kib, stock
+    assert patched["text"] == stock["text"]

@@ -2,7 +2,8 @@
 
 Decode reads every weight once per token, so its bound is memory bandwidth / bytes read per
 token. Prefill is compute bound: its bound is the CPU's int8 dot-product peak / operations per
-token. Bandwidth is measured with a STREAM-style kernel at the benchmark's thread count; the int8
+token. Bandwidth is measured with a STREAM-style kernel at the benchmark's thread count, before each
+decode repetition; the int8
 peak comes from the CPU features and clock, with the per-cycle figure stated so it can be checked.
 """
 
@@ -12,6 +13,7 @@ import ctypes
 import json
 import os
 import platform
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +24,9 @@ from .machine import cpu_info, physical_cores
 
 
 def measure_bandwidth(build: Build, threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
-    """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays, by the STREAM kernel
-    (stream.c) the x86 build carries."""
+    """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays on transparent huge pages
+    where the kernel grants them (huge_page_kib of array_kib), by the STREAM kernel (stream.c) the
+    x86 build carries."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
     return json.loads(run_tool([str(build.tool("stream")), str(n_elements), str(reps)], "STREAM", env).stdout)
 
@@ -109,19 +112,21 @@ def kernel_isa(build: Build) -> str:
     return "scalar"
 
 
-def fractions(model: Path, bandwidth_gbs: float, peak: Int8Peak, decode_tps: float | None,
-              prefill_tps: float | None) -> dict:
-    """Measured speed as a fraction of the bandwidth bound (decode) and the int8 bound (prefill)."""
+def fractions(model: Path, bandwidth_gbs: list[float], peak: Int8Peak, decode_tps: list[float],
+              prefill_tps: float) -> dict:
+    """Measured speed as a fraction of the bandwidth bound (decode) and the int8 bound (prefill).
+    Decode repetition i is judged against bandwidth_gbs[i], measured just before it: a VM's
+    bandwidth can move by half within minutes. Medians over the repetitions."""
     tensors = read_tensor_infos(model)
     bytes_per_token = decode_bytes_per_token(tensors)
     ops_per_token = prefill_ops_per_token(tensors)
-    decode_bound = bandwidth_gbs * 1e9 / bytes_per_token
+    decode_bounds = [gbs * 1e9 / bytes_per_token for gbs in bandwidth_gbs]
     prefill_bound = peak.gops * 1e9 / ops_per_token
     return {
         "bytes_per_token": bytes_per_token,
-        "decode_bound_tps": decode_bound,
-        "decode_fraction": decode_tps / decode_bound if decode_tps else None,
+        "decode_bound_tps": statistics.median(decode_bounds),
+        "decode_fraction": statistics.median(t / bound for t, bound in zip(decode_tps, decode_bounds)),
         "ops_per_token": ops_per_token,
         "prefill_bound_tps": prefill_bound,
-        "prefill_fraction": prefill_tps / prefill_bound if prefill_tps else None,
+        "prefill_fraction": prefill_tps / prefill_bound,
     }

@@ -42,7 +42,8 @@ def paired_ratios(a: BuildResult, b: BuildResult) -> dict:
 
 def run_interleaved(runner: Callable[..., Run], builds: list[Build], models: dict[str, Path], threads: int,
                     n_prompt: int, n_gen: int, reps: int,
-                    on_run: Callable[[], None] = lambda: None) -> tuple[list[BuildResult], bool]:
+                    on_run: Callable[[], None] = lambda: None,
+                    before_rep: Callable[[], None] = lambda: None) -> tuple[list[BuildResult], bool]:
     """Alternate the builds in ABBA order each repetition, so slow drifts of the machine
     (thermal, background work) fall on both sides equally. Ctrl-C keeps the repetitions that
     completed for every build; returns (results, interrupted)."""
@@ -50,6 +51,7 @@ def run_interleaved(runner: Callable[..., Run], builds: list[Build], models: dic
     interrupted = False
     try:
         for rep in range(reps):
+            before_rep()
             order = builds if rep % 2 == 0 else builds[::-1]
             for build in order:
                 results[build.name].runs.append(runner(build, models[build.name], threads, n_prompt, n_gen))
