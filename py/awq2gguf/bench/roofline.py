@@ -2,9 +2,9 @@
 
 Decode reads every weight once per token, so its bound is memory bandwidth / bytes read per
 token. Prefill is compute bound: its bound is the CPU's int8 dot-product peak / operations per
-token. Bandwidth is measured with a STREAM-style kernel at the benchmark's thread count, before each
-decode repetition; the int8
-peak comes from the CPU features and clock, with the per-cycle figure stated so it can be checked.
+token. Bandwidth is measured with a STREAM-style kernel at the benchmark's thread count before
+each decode repetition; the int8 peak comes from the CPU features and clock, with the per-cycle
+figure stated so it can be checked.
 """
 
 from __future__ import annotations
