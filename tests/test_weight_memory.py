@@ -63,9 +63,15 @@ def pages_after_generating(build, model):
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_repacked_weights_do_not_stay_resident_as_file_pages(builds, smollm2_q4_0):
+@pytest.fixture(scope="module")
+def pages(builds, smollm2_q4_0):
+    """pages_after_generating for each build, measured once for the tests below."""
+    return {b: pages_after_generating(builds[b], smollm2_q4_0) for b in ("stock", "patched")}
+
+
+def test_repacked_weights_do_not_stay_resident_as_file_pages(pages, smollm2_q4_0):
     file_kib = smollm2_q4_0.stat().st_size / 1024
-    stock, patched = (pages_after_generating(builds[b], smollm2_q4_0) for b in ("stock", "patched"))
+    stock, patched = pages["stock"], pages["patched"]
     assert stock["file_kib"] > 0.9 * file_kib  # stock: the whole file stays mapped in beside the repacked copy
     assert patched["file_kib"] < 0.05 * file_kib  # patched: only pages around the mmap-backed norms
     assert patched["text"] == stock["text"] and len(patched["text"]) > 8
@@ -77,12 +83,12 @@ def transparent_huge_pages():
     return re.search(r"\[(\w+)\]", setting.read_text()).group(1) if setting.exists() else None
 
 
-def test_repacked_weights_ask_for_huge_pages(builds, smollm2_q4_0):
+def test_repacked_weights_ask_for_huge_pages(builds, smollm2_q4_0, pages):
     mode = transparent_huge_pages()
     if mode in (None, "never"):
         pytest.skip(f"transparent huge pages are {mode or 'not built into this kernel'}: there is nothing to ask for")
     repacked_kib = model_buffers(builds["patched"], smollm2_q4_0, "none")["CPU_REPACK"] * 1024
-    stock, patched = (pages_after_generating(builds[b], smollm2_q4_0) for b in ("stock", "patched"))
+    stock, patched = pages["stock"], pages["patched"]
     # Only the buffers' last partial 2 MiB stay on small pages.
     assert patched["anon_huge_kib"] > 0.8 * repacked_kib, patched
     if mode == "madvise":  # stock does not ask, so it gets none (with "always" every process gets them)
