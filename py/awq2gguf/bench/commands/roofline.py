@@ -77,6 +77,7 @@ def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle
             pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
     except Awq2ggufError as e:
         raise click.ClickException(str(e)) from e
+    streams = streams[:len(tg[0].runs)]  # after Ctrl-C, a STREAM run may precede no completed repetition
     read_gbs = [s["read_gbs"] for s in streams]
     bandwidth = {key: statistics.median(s[key] for s in streams) for key in streams[0] if key != "check"}
     bandwidth["read_gbs_per_rep"] = read_gbs
