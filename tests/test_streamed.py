@@ -113,6 +113,34 @@ def test_reset_writes_the_checkpoint_weights(checkpoint, tmp_path):
             assert torch.equal(weights[name], w), name
 
 
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_branch_is_kept_or_restored(checkpoint, tmp_path, keep):
+    """After branch(), saves go to a second folder: restore() goes back to the AWQ fold, keeping
+    the branch writes one folder with the parts saved on it and the others as AWQ saved them."""
+    model_dir = checkpoint("Qwen2ForCausalLM", False)
+    streamed = StreamedModel(model_dir, tmp_path / "folded")
+    apply_awq(streamed.model, torch.randint(0, 512, (8, 64), generator=torch.Generator().manual_seed(0)),
+              weights=streamed)
+    folded = {n: w.clone() for n, w in folded_tensors(tmp_path / "folded").items()}
+    before = streamed.branch(tmp_path / "tuned")
+    layer = streamed.model.model.layers[1]
+    streamed.load(layer)
+    with torch.no_grad():
+        for p in layer.parameters():
+            p.add_(1.0)
+    streamed.save(layer)
+    if not keep:
+        streamed.restore(before)
+    weights = folded_tensors(streamed.write_folder())
+    assert folded.keys() < weights.keys()  # and the unchanged embeddings, from the checkpoint
+    for name, w in folded.items():
+        moved = keep and name.startswith("model.layers.1.")
+        assert torch.equal(weights[name], w + 1.0 if moved else w), name
+    assert streamed.folded_dir == tmp_path / ("tuned" if keep else "folded")
+    if not keep:
+        assert list((tmp_path / "tuned").glob("*.safetensors")) == []  # the branch's files are gone
+
+
 def test_a_sharded_bf16_checkpoint_reads_like_one_file(checkpoint, tmp_path):
     model_dir = checkpoint("Qwen2ForCausalLM", True)
     sharded = tmp_path / "sharded"

@@ -185,3 +185,27 @@ def test_tuning_other_files_is_refused_before_any_work(model_dir, calib_text, tm
     assert result.exit_code != 0
     assert "--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_tuning_that_loses_the_check_leaves_the_untuned_model(model_dir, calib_text, tmp_path):
+    """A learning rate that wrecks the model: the held-out check sees the tuned model lose to the
+    untuned one, and OUT holds exactly what awq2gguf writes without tuning."""
+    common = [str(model_dir), "--calib", str(calib_text), "--calib-samples", "4", "--calib-tokens", "64",
+              "--calib-held-out", "2"]
+    runner = CliRunner()
+    untuned, tuned = tmp_path / "untuned.gguf", tmp_path / "tuned.gguf"
+    result = runner.invoke(main, [common[0], str(untuned), *common[1:]])
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(main, [common[0], str(tuned), *common[1:], "--tune-steps", "2", "--tune-lr", "1"])
+    assert result.exit_code == 0, result.output
+    assert "lost: kept the untuned model" in result.output
+    meta = {k: f.contents() for k, f in GGUFReader(tuned).fields.items()}
+    plain_meta = {k: f.contents() for k, f in GGUFReader(untuned).fields.items()}
+    assert meta["awq2gguf.tune.kept"] is False
+    assert meta["awq2gguf.check.tuned_kld"] > meta["awq2gguf.check.untuned_kld"]
+    assert meta["awq2gguf.check.kld"] == meta["awq2gguf.check.untuned_kld"] == plain_meta["awq2gguf.check.kld"]
+    got = {t.name: np.asarray(t.data) for t in GGUFReader(tuned).tensors}
+    want = {t.name: np.asarray(t.data) for t in GGUFReader(untuned).tensors}
+    assert got.keys() == want.keys()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name

@@ -99,7 +99,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    f"{tune.SEQUENCES_PER_STEP} calibration sequences, distilling the FP model's next-token "
                    f"distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's). Wants more text than "
                    "the search (16 sequences overfit; e.g. --calib-samples 128). Holds the whole model in memory "
-                   "with the optimizer's state and activations (SmolLM2-135M: 4.9 GiB peak).")
+                   "with the optimizer's state and activations (SmolLM2-135M: 4.9 GiB peak). Kept only if it "
+                   "beats the untuned model on the held-out calibration samples.")
 @click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
               help="Peak learning rate of the tuning (AdamW; warm-up over a tenth of the steps, then a cosine to 0).")
 @click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
@@ -182,6 +183,10 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     if summary.tune_losses:
         err.print(f"tuning: distillation loss {summary.tune_losses[0]:.4f} (first step) -> "
                   f"{summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
+    if summary.check_untuned_kld is not None:
+        verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
+        err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "
+                  f"{summary.check_untuned_kld:.4f}: {verdict}")
     if summary.check_kld is not None:
         verdict = "[red]lost: wrote plain Q4_0[/]" if summary.fell_back else "kept"
         err.print(f"check on held-out calibration: KLD to FP {summary.check_kld:.4f} vs plain Q4_0 "

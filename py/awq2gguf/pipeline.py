@@ -86,8 +86,11 @@ class Summary:
     clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
     compensated: tuple[int, int] | None = None  # (blocks and output matrix compensated, all of them)
     block_error_ratio: float | None = None  # chosen / plain block output error, summed over blocks
-    check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights
+    check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights (tuned if that won)
     check_plain_kld: float | None = None  # ... and of plain Q4_0
+    check_untuned_kld: float | None = None  # with tuning: of AWQ's weights before it
+    check_tuned_kld: float | None = None  # ... and after
+    tune_kept: bool = True  # tuning beat the untuned model on the check (or there was no check)
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
     tune_losses: list[float] = field(default_factory=list)  # distillation loss of each tuning step
@@ -115,6 +118,9 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.check.plain_kld": f"float:{summary.check_plain_kld:.6f}",
         "awq2gguf.check.fell_back": f"bool:{str(summary.fell_back).lower()}",
     }
+    if summary.check_untuned_kld is not None:
+        check["awq2gguf.check.untuned_kld"] = f"float:{summary.check_untuned_kld:.6f}"
+        check["awq2gguf.check.tuned_kld"] = f"float:{summary.check_tuned_kld:.6f}"
     dropped = {} if summary.dropped is None else {
         "awq2gguf.drop_blocks.method": f"str:{summary.dropped.method}",
         "awq2gguf.drop_blocks.blocks": f"str:{','.join(map(str, summary.dropped.blocks))}",
@@ -129,6 +135,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
         # the distillation loss of the first and the last step
         "awq2gguf.tune.losses": f"str:{summary.tune_losses[0]:.6f},{summary.tune_losses[-1]:.6f}",
+        "awq2gguf.tune.kept": f"bool:{str(summary.tune_kept).lower()}",  # false: OUT is the untuned model
     }
     merged = {} if adapter is None else {
         "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
@@ -200,19 +207,38 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     summary.compensated = (sum(result.compensated), len(result.compensated))
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
     if teacher is not None:
+        if len(held_out):
+            with progress.stage("checking the untuned model on the held-out tokens"):
+                summary.check_untuned_kld = _check_kld(model, held_out, streamed, work)
+        untuned = streamed.branch(work / "tuned")
         summary.tune_losses = _tune(streamed, calib, teacher, opts, progress)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
-            (folded,) = model_log_probs(model, held_out, (True,), streamed)
-            summary.check_kld = kl_divergence(torch.load(work / "reference.pt"), folded)
-        del folded
+            summary.check_kld = _check_kld(model, held_out, streamed, work)
         (work / "reference.pt").unlink()
+        if teacher is not None:
+            summary.check_tuned_kld = summary.check_kld
+            summary.tune_kept = summary.check_tuned_kld < summary.check_untuned_kld
+            if not summary.tune_kept:  # tuning made it worse on text it never saw: undo it
+                streamed.restore(untuned)
+                summary.check_kld = summary.check_untuned_kld
         if summary.check_kld >= summary.check_plain_kld:
             # The search lost on text it never saw: write what plain rounding makes of the original.
             summary.fell_back = True
             streamed.reset()
     with progress.stage("writing the folded model"):
         return streamed.write_folder()
+
+
+def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
+    """KLD to FP on the held-out tokens of the model as saved, through its Q4_0 round trip."""
+    import torch
+
+    from .awq.forward import model_log_probs
+    from .awq.guard import kl_divergence
+
+    (folded,) = model_log_probs(model, held_out, (True,), streamed)
+    return kl_divergence(torch.load(work / "reference.pt"), folded)
 
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
@@ -256,7 +282,8 @@ def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
     reference = opts.calib_held_out * opts.calib_tokens * streamed.embed.num_embeddings * 2
     merged = MERGED_BYTES_PER_WEIGHT if opts.lora is not None else 0
-    needed = streamed.n_params() * (merged + max(sampling, folded + out_bytes)) + reference
+    tuned = folded if opts.tune_steps else 0  # the tuned model beside the untuned one until the check
+    needed = streamed.n_params() * (merged + max(sampling, folded + tuned + out_bytes)) + reference
     free = shutil.disk_usage(out.parent).free
     if free < needed:
         raise NotEnoughDisk(f"not enough free disk beside {out}: this model needs about {needed / 2**30:.1f} GiB "

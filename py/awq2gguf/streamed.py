@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -99,6 +100,14 @@ def _read(f: Path, names: list[str] | None) -> dict[str, torch.Tensor | None]:
         return dict.fromkeys(tensors) if names is None else {n: tensors[n].clone() for n in names}
     except Exception as e:  # safetensors and torch raise many kinds here; all mean the same to the user
         raise CheckpointError(f"{f} is truncated or corrupt: {first_line(e)}") from e
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What a StreamedModel had saved at a branch(): its folder, tensor files and names."""
+    folded_dir: Path
+    where: dict[str, Path]
+    saved: dict[str, list[str]]
 
 
 class StreamedModel:
@@ -213,6 +222,20 @@ class StreamedModel:
             self._assign(part, {n: torch.empty_like(p, device="meta") for n, p in part.named_parameters()})
         _give_back_freed_memory()
 
+    def branch(self, folded_dir: Path) -> Saved:
+        """Save from now on into folded_dir, leaving the files saved so far as they are, so that
+        restore() can go back to them (e.g. when tuning loses to the model it started from)."""
+        before = Saved(self.folded_dir, dict(self.folded.where), dict(self.saved))
+        self.folded_dir = Path(folded_dir)
+        return before
+
+    def restore(self, before: Saved) -> None:
+        """Back to what was saved at branch(): the files saved since are deleted."""
+        for f in set(self.folded.where.values()) - set(before.where.values()):
+            f.unlink()
+        self.folded_dir = before.folded_dir
+        self.folded.where, self.saved = dict(before.where), dict(before.saved)
+
     def reset(self) -> None:
         """Forget everything saved: the folded folder will hold the checkpoint's weights."""
         for f in set(self.folded.where.values()):
@@ -222,6 +245,11 @@ class StreamedModel:
 
     def write_folder(self) -> Path:
         """The folded Hugging Face folder: saved parts as they are, the others from the checkpoint."""
+        self.folded_dir.mkdir(parents=True, exist_ok=True)
+        for f in set(self.folded.where.values()):
+            if f.parent != self.folded_dir:  # saved before a branch() and not saved again since
+                f.rename(self.folded_dir / f.name)
+        self.folded.where = {n: self.folded_dir / f.name for n, f in self.folded.where.items()}
         for part in self.parts:
             if not all(n in self.saved for n in self._names(part)):
                 self.load(part)
