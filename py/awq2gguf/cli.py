@@ -39,7 +39,8 @@ class RichProgress:
         err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
 
 
-def _block_list(_ctx, _param, text: str | None) -> tuple[int, ...]:
+def block_list(_ctx, _param, text: str | None) -> tuple[int, ...]:
+    """The --drop-block-list callback (bench awq passes its value on)."""
     if text is None:
         return ()
     try:
@@ -91,7 +92,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--drop-blocks-method", type=click.Choice(prune.METHODS), default="sleb", show_default=True,
               help="sleb: remove, one at a time, the block whose absence costs the least calibration "
                    "perplexity; shortgpt: the blocks that change their input least (1 - cosine), at once.")
-@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=_block_list,
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=block_list,
               help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
                    "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
@@ -102,7 +103,9 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "with the optimizer's state and activations (SmolLM2-135M: 4.9 GiB peak). Kept only if it "
                    "beats the untuned model on the held-out calibration samples.")
 @click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
-              help="Peak learning rate of the tuning (AdamW; warm-up over a tenth of the steps, then a cosine to 0).")
+              help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
+                   "matrices; so a model with smaller weights moves them as far): AdamW, warm-up over a tenth of "
+                   "the steps, then a cosine to 0.")
 @click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
               help="all: every block matrix (through the quantizer), norm and bias; norms: the norms and "
                    "biases only (cheaper, and they stay F32 in the GGUF).")
@@ -181,8 +184,8 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
                   f"compensated rounding in {summary.compensated[0]}/{summary.compensated[1]} blocks; "
                   f"block output error {summary.block_error_ratio:.3f}x plain")
     if summary.tune_losses:
-        err.print(f"tuning: distillation loss {summary.tune_losses[0]:.4f} (first step) -> "
-                  f"{summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
+        err.print(f"tuning (peak lr {summary.tune_lr:.3g}): distillation loss {summary.tune_losses[0]:.4f} "
+                  f"(first step) -> {summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
     if summary.check_untuned_kld is not None:
         verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
         err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "

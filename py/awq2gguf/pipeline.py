@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ class Options:
     drop_method: str = "sleb"
     drop_list: tuple[int, ...] = ()  # or exactly these blocks
     tune_steps: int = 0  # quantization-aware tuning with distillation after AWQ (tune.py)
-    tune_lr: float = 1e-4
+    tune_lr: float = 2e-3  # in Q4_0 grid steps (tune.grid_step)
     tune_params: str = "all"
     tune_loss: str = "kl"
     calib_samples: int = 16
@@ -80,7 +79,6 @@ class Options:
 class Summary:
     out: Path
     calibration: str = ""
-    seconds: dict[str, float] = field(default_factory=dict)
     mean_alpha: float | None = None  # over the groups kept
     groups_kept: tuple[int, int] | None = None  # (kept, searched) scaling groups
     clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
@@ -94,6 +92,7 @@ class Summary:
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
     tune_losses: list[float] = field(default_factory=list)  # distillation loss of each tuning step
+    tune_lr: float | None = None  # the peak learning rate, in weight units (opts.tune_lr grid steps)
 
 
 class Progress(Protocol):
@@ -130,7 +129,8 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
     }
     tuned = {} if not summary.tune_losses else {
         "awq2gguf.tune.steps": f"int:{opts.tune_steps}",
-        "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",
+        "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",  # in Q4_0 grid steps
+        "awq2gguf.tune.lr_weights": f"float:{summary.tune_lr:g}",  # the same in weight units
         "awq2gguf.tune.params": f"str:{opts.tune_params}",
         "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
         # the distillation loss of the first and the last step
@@ -211,7 +211,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             with progress.stage("checking the untuned model on the held-out tokens"):
                 summary.check_untuned_kld = _check_kld(model, held_out, streamed, work)
         untuned = streamed.branch(work / "tuned")
-        summary.tune_losses = _tune(streamed, calib, teacher, opts, progress)
+        _tune(streamed, calib, teacher, opts, progress, summary)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
             summary.check_kld = _check_kld(model, held_out, streamed, work)
@@ -242,18 +242,19 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
 
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
-          progress: Progress) -> list[float]:
+          progress: Progress, summary: Summary) -> None:
     """Tune the folded model, all in memory, and save its blocks and final norm."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
+    summary.tune_lr = opts.tune_lr * tune.grid_step(model)
     what = f"tuning {'every block matrix' if opts.tune_params == 'all' else 'the norms'} through Q4_0 ({opts.tune_loss})"
     with progress.stage(what, opts.tune_steps) as done:
-        losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, opts.tune_lr, opts.tune_params,
-                           opts.tune_loss, opts.seed, on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
+        summary.tune_losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, summary.tune_lr,
+                                        opts.tune_params, opts.tune_loss, opts.seed,
+                                        on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
     streamed.save(*model.model.layers, model.model.norm)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # unchanged: let them go unsaved
-    return losses
 
 
 def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
@@ -311,24 +312,17 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
                 model_dir = lora.merge(model_dir, adapter, work / "merged", on_part=lambda d, _total: done(d))
             streamed = StreamedModel(model_dir, work / "folded", opts.untie_output,
                                      as_q4_0=opts.converter_writes_out)
-        started = time.perf_counter()
         tokenizer = checkpoint.load_tokenizer(model_dir)
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
-        summary.seconds["calibration"] = time.perf_counter() - started
         teacher = None
         if opts.tune_steps:
-            started = time.perf_counter()
             # Before dropping blocks: a pruned model is distilled from the whole one.
             with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
                 teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
-            summary.seconds["teacher"] = time.perf_counter() - started
         if opts.drops_blocks:
-            started = time.perf_counter()
             summary.dropped = _drop_blocks(streamed, calib, opts, progress)
-            summary.seconds["dropping blocks"] = time.perf_counter() - started
 
-        started = time.perf_counter()
         if opts.engine == "autoawq":
             from .engines import autoawq
 
@@ -336,9 +330,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
             folded = _awq(streamed, calib, opts, work, progress, summary, teacher)
-        summary.seconds["AWQ"] = time.perf_counter() - started
 
-        started = time.perf_counter()
         metadata = provenance(opts, calib, summary, adapter)
         if opts.converter_writes_out:
             with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
@@ -350,7 +342,6 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             shutil.rmtree(folded)
             with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
                 quantize(build, f32, out, opts.qtype, opts.threads, metadata=metadata)
-        summary.seconds["GGUF"] = time.perf_counter() - started
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -10,6 +10,7 @@ import click
 
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
+from ...cli import block_list
 from ...paths import MODELS_DIR
 from ...proc_io import Awq2ggufError
 from .. import awq_compare, perplexity
@@ -25,10 +26,6 @@ def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     if len(set(seeds)) != len(seeds):
         raise click.BadParameter(f"{value!r} repeats a seed")
     return seeds
-
-
-def _parse_blocks(_ctx, _param, value: str | None) -> tuple[int, ...]:
-    return comma_ints(value) if value else ()
 
 
 @report_kinds("awq")
@@ -69,7 +66,7 @@ class AwqReport(Report):
               help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
               help="Add the calibration-file and first-seed variants tuned for this many steps (awq2gguf --tune-steps).")
-@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=_parse_blocks,
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=block_list,
               help="Add the calibration-file variant with these blocks dropped (e.g. SLEB's choice in bench prune), "
                    "and with --tune-steps dropped and tuned: how much of the pruning's loss tuning wins back.")
 @THREADS

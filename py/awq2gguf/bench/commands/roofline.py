@@ -11,7 +11,7 @@ import click
 from ...builds import get_build
 from ...proc_io import Awq2ggufError
 from .. import roofline as roofline_mod
-from ..cli_shared import JSON, MODEL_OPTIONS, THREADS, check_machine, finish, log, models_for, progress
+from ..cli_shared import JSON, MODEL_OPTIONS, THREADS, check_machine, finish, models_for, progress
 from ..llama_bench import run_llama_bench
 from ..reports import Report, report_kinds
 from ..speed import run_interleaved
