@@ -41,16 +41,6 @@ class Dropped:
     ppl_before: float  # ... of the unpruned model
 
 
-def _first_input(model, input_ids, weights):
-    """The first block's input and keyword arguments, for all of input_ids at once."""
-    embed = model.get_input_embeddings()
-    weights.load(embed)
-    try:
-        return first_block_input(model, input_ids)
-    finally:
-        weights.release(embed)
-
-
 def _final_states(model: nn.Module, x: torch.Tensor, kwargs: dict, skip_sets: list[frozenset[int]],
                   weights: Weights, on_block: Callable[[int], None]) -> list[torch.Tensor]:
     """The last block's output of each variant of the model that skips one of skip_sets."""
@@ -111,7 +101,7 @@ class _Passes:
     def __init__(self, model, input_ids, weights, n_passes, on_step):
         self.model, self.input_ids, self.weights, self.on_step = model, input_ids, weights, on_step
         self.n_layers, self.total, self.done = len(model.model.layers), n_passes * len(model.model.layers), 0
-        self.x, self.kwargs = _first_input(model, input_ids, weights)
+        self.x, self.kwargs = first_block_input(model, input_ids, weights)
 
     def perplexities(self, skip_sets: list[frozenset[int]]) -> list[float]:
         finals = _final_states(self.model, self.x, self.kwargs, skip_sets, self.weights,

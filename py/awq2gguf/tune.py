@@ -16,7 +16,7 @@ bound of the full one, and costs TOP_K numbers per token instead of the vocabula
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import torch
@@ -164,7 +164,4 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
 
 
 def _on(teacher: Teacher, device: torch.device) -> Teacher:
-    if device.type == "cpu":
-        return teacher
-    return Teacher(*(t.to(device) for t in (teacher.top_log_probs, teacher.top_ids, teacher.rest_log_prob,
-                                            teacher.target_log_prob)))
+    return Teacher(**{f.name: getattr(teacher, f.name).to(device) for f in fields(teacher)})

@@ -224,10 +224,7 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
     calibration `input_ids` (samples, tokens); each choice is kept only where the block's (or the
     output's) real error on the first `objective_samples` samples goes down. Each part gets its
     weights from `weights` when its turn comes and is saved there when done."""
-    embed = model.get_input_embeddings()
-    weights.load(embed)
-    x, kwargs = first_block_input(model, input_ids)
-    weights.release(embed)
+    x, kwargs = first_block_input(model, input_ids, weights)
     result = AwqResult([], [], [], [])
     for i, layer in enumerate(model.model.layers):
         weights.load(layer)

@@ -43,9 +43,20 @@ class _Captured(Exception):
     pass
 
 
-def first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
-    """(hidden states, keyword arguments) the first decoder layer receives for input_ids; only the
-    embeddings need weights."""
+def first_block_input(model: nn.Module, input_ids: torch.Tensor, weights: Weights = RESIDENT
+                      ) -> tuple[torch.Tensor, dict]:
+    """(hidden states, keyword arguments) the first decoder layer receives for input_ids, the
+    embeddings' weights loaded from `weights` for the time it takes."""
+    embed = model.get_input_embeddings()
+    weights.load(embed)
+    try:
+        return _first_block_input(model, input_ids)
+    finally:
+        weights.release(embed)
+
+
+def _first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """first_block_input, the embeddings' weights loaded already."""
     captured = {}
 
     def hook(_module, args, kwargs):
@@ -101,7 +112,7 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
     log-probabilities)."""
     embed = model.get_input_embeddings()
     weights.load(embed)
-    inputs = [first_block_input(model, row[None]) for row in input_ids]
+    inputs = [_first_block_input(model, row[None]) for row in input_ids]  # one sequence at a time
     weights.release(embed)
     # Rows of the embeddings are quantized on their own: quantizing the rows looked up is
     # quantizing the table.
