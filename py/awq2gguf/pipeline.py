@@ -88,11 +88,15 @@ class Summary:
     check_plain_kld: float | None = None  # ... and of plain Q4_0
     check_untuned_kld: float | None = None  # with tuning: of AWQ's weights before it
     check_tuned_kld: float | None = None  # ... and after
-    tune_kept: bool = True  # tuning beat the untuned model on the check (or there was no check)
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
     tune_losses: list[float] = field(default_factory=list)  # distillation loss of each tuning step
     tune_lr: float | None = None  # the peak learning rate, in weight units (opts.tune_lr grid steps)
+
+    @property
+    def tune_kept(self) -> bool:
+        """Tuning beat the untuned model on the held-out check (or there was no check)."""
+        return self.check_tuned_kld is None or self.check_tuned_kld < self.check_untuned_kld
 
 
 class Progress(Protocol):
@@ -218,7 +222,6 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
         (work / "reference.pt").unlink()
         if teacher is not None:
             summary.check_tuned_kld = summary.check_kld
-            summary.tune_kept = summary.check_tuned_kld < summary.check_untuned_kld
             if not summary.tune_kept:  # tuning made it worse on text it never saw: undo it
                 streamed.restore(untuned)
                 summary.check_kld = summary.check_untuned_kld
