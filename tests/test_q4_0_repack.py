@@ -13,6 +13,7 @@ KERNEL_TOLERANCE = 1e-5
 MUL_MAT_TOLERANCE = 1e-4
 _KERNEL = re.compile(r"kernel (gemm|gemv) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+)")
 _MUL_MAT = re.compile(r"mul_mat K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+)")
+_ONE_ROW = re.compile(r"one_row K=(\d+) N=(\d+) M=(\d+) mismatches (\d+)")
 _GET_ROWS = re.compile(r"get_rows K=(\d+) N=(\d+) (unsupported|mismatches (\d+))")
 
 
@@ -41,6 +42,14 @@ def test_repacked_mul_mat_matches_plain_q4_0(reports, build_name):
     results = _MUL_MAT.findall(reports[build_name])
     assert len(results) == 28
     assert [r for r in results if not float(r[-1]) <= MUL_MAT_TOLERANCE] == []
+
+
+@pytest.mark.parametrize("build_name", ["stock", "patched"])
+def test_one_activation_row_gives_the_chunked_gemv_bit_for_bit(reports, build_name):
+    """Decode: the patched build quantizes the single row in every thread and splits the columns
+    statically (no barrier); each column is still the same GEMV, so its output bits do not change."""
+    results = _ONE_ROW.findall(reports[build_name])
+    assert len(results) == 12 and all(r[3] == "0" for r in results)
 
 
 def test_get_rows_from_the_repacked_layout_is_bit_exact(reports):

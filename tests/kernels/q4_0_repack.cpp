@@ -10,6 +10,9 @@
 //   mul_mat K=<k> N=<n> M=<m> max_rel_err <e>
 //       MUL_MAT with the weight in a CPU_REPACK buffer (whatever layout the build picks for this
 //       CPU) against the same weight in a plain buffer.
+//   one_row K=<k> N=<n> M=<m> mismatches <count>
+//       (M not a multiple of 4) MUL_MAT of the last activation row alone, the decode case,
+//       against that row of the M-row MUL_MAT, where it goes through the chunked GEMV: bit for bit.
 //   get_rows K=<k> N=<n> <unsupported | mismatches <count>>
 //       GET_ROWS from the CPU_REPACK tensor against the plain one (bit for bit when supported).
 // Built by tests/test_q4_0_repack.py against each build's libggml; usage: q4_0_repack [threads]
@@ -111,6 +114,7 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
 
     ggml_tensor * mm_rep   = ggml_mul_mat(ctx, w.repacked, x);
     ggml_tensor * mm_plain = ggml_mul_mat(ctx, w.plain, x);
+    ggml_tensor * mm_last  = ggml_mul_mat(ctx, w.repacked, ggml_view_2d(ctx, x, k, 1, x->nb[1], (m - 1) * x->nb[1]));
     ggml_tensor * gr_rep   = ggml_get_rows(ctx, w.repacked, ids);
     ggml_tensor * gr_plain = ggml_get_rows(ctx, w.plain, ids);
     const bool get_rows_ok = ggml_backend_supports_op(cpu, gr_rep);
@@ -118,6 +122,7 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, mm_rep);
     ggml_build_forward_expand(gf, mm_plain);
+    ggml_build_forward_expand(gf, mm_last);
     ggml_build_forward_expand(gf, gr_plain);
     if (get_rows_ok) ggml_build_forward_expand(gf, gr_rep);
     ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_cpu_buffer_type());
@@ -132,6 +137,12 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     ggml_backend_tensor_get(mm_plain, b.data(), 0, ggml_nbytes(mm_plain));
     printf("mul_mat K=%lld N=%lld M=%lld max_rel_err %.3e\n", (long long) k, (long long) n, (long long) m,
            max_rel_err(a.data(), b.data(), m, n));
+    if (m > 1 && m % 4 != 0) {
+        std::vector<float> last(n);
+        ggml_backend_tensor_get(mm_last, last.data(), 0, ggml_nbytes(mm_last));
+        printf("one_row K=%lld N=%lld M=%lld mismatches %d\n", (long long) k, (long long) n, (long long) m,
+               memcmp(last.data(), a.data() + (m - 1) * n, n * sizeof(float)) != 0);
+    }
 
     if (!get_rows_ok) {
         printf("get_rows K=%lld N=%lld unsupported\n", (long long) k, (long long) n);
