@@ -48,19 +48,31 @@ def kl(p: torch.Tensor, q: torch.Tensor) -> float:
     return (p.exp() * (p - q)).sum(-1).mean().item()
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_hf, tmp_path_factory):
-    """A tiny Qwen2 (biases, an output matrix of its own) whose next-token distributions are peaked,
-    so that Q4_0 moves them (a random model's are nearly uniform)."""
-    source = tiny_hf("Qwen2ForCausalLM", "tiny-untied")
+def _peaked(source, out):
+    """The tiny model with peaked next-token distributions, so that Q4_0 moves them (a random
+    model's are nearly uniform)."""
     model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     with torch.no_grad():
-        model.model.embed_tokens.weight.mul_(10)
-        model.lm_head.weight.mul_(20)
-    out = tmp_path_factory.mktemp("peaked") / "model"
+        if model.lm_head.weight is model.model.embed_tokens.weight:
+            model.lm_head.weight.mul_(5)  # x10 would leave all the mass on one token
+        else:
+            model.model.embed_tokens.weight.mul_(10)
+            model.lm_head.weight.mul_(20)
     model.save_pretrained(out)
     copy_other_files(source, out)  # the tokenizer
     return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_hf, tmp_path_factory):
+    """A tiny Qwen2 (biases, an output matrix of its own), peaked."""
+    return _peaked(tiny_hf("Qwen2ForCausalLM", "tiny-untied"), tmp_path_factory.mktemp("peaked") / "model")
+
+
+@pytest.fixture(scope="module")
+def tied_model_dir(tiny_hf, tmp_path_factory):
+    """A tiny Qwen2 whose output matrix is the embedding table, peaked."""
+    return _peaked(tiny_hf("Qwen2ForCausalLM", "tiny-tied"), tmp_path_factory.mktemp("peaked-tied") / "model")
 
 
 def test_teacher_keeps_the_top_k_and_the_rest_of_the_fp_distribution(model_dir):
@@ -121,22 +133,25 @@ def test_tuning_lowers_the_distillation_loss(model_dir, params):
     assert after < 0.9 * before, (before, after, losses)
     moved = [n for n, p in student.named_parameters() if p.dim() == 2 and not torch.equal(p, matrices[n])]
     if params == "all":
-        assert moved and all(".layers." in n for n in moved)  # embeddings and output matrix stay
+        assert moved and all(".layers." in n for n in moved)  # untied embeddings and output matrix stay
     else:
         assert moved == []
     assert not any(p.requires_grad for p in student.parameters())
 
 
-def test_tuned_gguf_is_the_trained_model(model_dir, calib_text, builds, tmp_path, monkeypatch):
+@pytest.mark.parametrize("which", ["model_dir", "tied_model_dir"])
+def test_tuned_gguf_is_the_trained_model(which, request, calib_text, builds, tmp_path, monkeypatch):
     """awq2gguf --tune-steps, the trained model caught as tune.tune leaves it: OUT's Q4_0 blocks
-    are gguf.quants' (ggml's) of its weights, its norms and biases are the trained ones, and both
-    builds give the fake-quantized model's logits."""
+    (block matrices, and the embedding table when it is the output matrix too) are gguf.quants'
+    (ggml's) of its weights, its norms and biases are the trained ones, an untied output matrix and
+    embedding table are as AWQ left them, and both builds give the fake-quantized model's logits."""
+    model_dir, tied = request.getfixturevalue(which), which == "tied_model_dir"
     caught = {}
 
     def catching(model, *args, **kwargs):
-        caught["before"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        caught["before"] = {n: p.detach().clone() for n, p in model.state_dict().items()}
         losses = tune_tune(model, *args, **kwargs)
-        caught["after"] = {n: p.detach().clone() for n, p in model.named_parameters()}
+        caught["after"] = {n: p.detach().clone() for n, p in model.state_dict().items()}
         return losses
     tune_tune = tune.tune
     monkeypatch.setattr(tune, "tune", catching)
@@ -169,6 +184,13 @@ def test_tuned_gguf_is_the_trained_model(model_dir, calib_text, builds, tmp_path
         else:
             assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), name
     assert changed > 0  # the tuning moved weights across the grid
+    outer = {"model.embed_tokens.weight": "token_embd.weight"} | ({} if tied else {"lm_head.weight": "output.weight"})
+    assert ("output.weight" in tensors) != tied
+    for name, key in outer.items():
+        want = quantize(after[name].numpy(), gguf.GGMLQuantizationType.Q4_0)
+        assert np.array_equal(np.asarray(tensors[key].data).reshape(want.shape), want), name
+        trained = not torch.equal(q4_0_fake_quant(after[name]), q4_0_fake_quant(before[name]))
+        assert trained == tied, name
     model = f16_rounded_model(model_dir)
     model.load_state_dict(after)
     with torch.no_grad():
@@ -179,6 +201,20 @@ def test_tuned_gguf_is_the_trained_model(model_dir, calib_text, builds, tmp_path
     for build in builds.values():
         got = F.log_softmax(torch.from_numpy(np.asarray(llama_cpp_logits(build, out, TOKENS))).float(), -1)
         assert kl(want, got) < 1e-3, build.name
+
+
+def test_a_tied_output_matrix_trains_as_the_embedding_table(tied_model_dir):
+    """Tied: the one table is both the lookup and the output matrix; it trains through the quantizer
+    in both uses and stays one tensor."""
+    fp, x = f16_rounded_model(tied_model_dir), ids()
+    teacher = tune.teacher(fp, x)
+    student = fake_quantized(fp)
+    before = loss_of(student, x, teacher)
+    start = student.model.embed_tokens.weight.detach().clone()
+    tune.tune(student, x, teacher, steps=8, lr=3e-4)
+    assert student.lm_head.weight is student.model.embed_tokens.weight
+    assert not torch.equal(q4_0_fake_quant(student.model.embed_tokens.weight), start)
+    assert loss_of(student, x, teacher) < 0.9 * before
 
 
 @pytest.mark.parametrize("args", [["--qtype", "Q8_0"], ["--build", "stock"], ["--engine", "autoawq"]])

@@ -107,8 +107,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "matrices; so a model with smaller weights moves them as far): AdamW, warm-up over a tenth of "
                    "the steps, then a cosine to 0.")
 @click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
-              help="all: every block matrix (through the quantizer), norm and bias; norms: the norms and "
-                   "biases only (cheaper, and they stay F32 in the GGUF).")
+              help="all: every block matrix and a tied output matrix (through the quantizer), norm and "
+                   "bias; norms: the norms and biases only (cheaper, and they stay F32 in the GGUF).")
 @click.option("--tune-loss", type=click.Choice(tune.LOSSES), default="kl", show_default=True,
               help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's "
                    "own cross-entropy on each next token (TSLD, Kim et al. 2023).")

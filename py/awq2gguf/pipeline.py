@@ -246,18 +246,21 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
           progress: Progress, summary: Summary) -> None:
-    """Tune the folded model, all in memory, and save its blocks and final norm."""
+    """Tune the folded model, all in memory, and save what trained."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
     summary.tune_lr = opts.tune_lr * tune.grid_step(model)
-    what = f"tuning {'every block matrix' if opts.tune_params == 'all' else 'the norms'} through Q4_0 ({opts.tune_loss})"
+    trained_head = [streamed.embed] if opts.tune_params == "all" and streamed.tied else []  # see tune._trainable
+    trained = {"all": "every block matrix", "norms": "the norms"}[opts.tune_params]
+    trained += " and the tied output matrix" if trained_head else ""
+    what = f"tuning {trained} through Q4_0 ({opts.tune_loss})"
     with progress.stage(what, opts.tune_steps) as done:
         summary.tune_losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, summary.tune_lr,
                                         opts.tune_params, opts.tune_loss, opts.seed,
                                         on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
-    streamed.save(*model.model.layers, model.model.norm)  # saving releases them
-    streamed.release(streamed.embed, streamed.head)  # unchanged: let them go unsaved
+    streamed.save(*model.model.layers, model.model.norm, *trained_head)  # saving releases them
+    streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
 
 
 def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
