@@ -184,7 +184,8 @@ def test_tuned_gguf_is_the_trained_model(which, request, calib_text, builds, tmp
         else:
             assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), name
     assert changed > 0  # the tuning moved weights across the grid
-    outer = {"model.embed_tokens.weight": "token_embd.weight"} | ({} if tied else {"lm_head.weight": "output.weight"})
+    outer = {"model.embed_tokens.weight": "token_embd.weight"}
+    outer |= {} if tied else {"lm_head.weight": "output.weight"}
     assert ("output.weight" in tensors) != tied
     for name, key in outer.items():
         want = quantize(after[name].numpy(), gguf.GGMLQuantizationType.Q4_0)
