@@ -251,15 +251,15 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
     summary.tune_lr = opts.tune_lr * tune.grid_step(model)
-    trained_head = [streamed.embed] if opts.tune_params == "all" and streamed.tied else []  # see tune._trainable
-    trained = {"all": "every block matrix", "norms": "the norms"}[opts.tune_params]
-    trained += " and the tied output matrix" if trained_head else ""
-    what = f"tuning {trained} through Q4_0 ({opts.tune_loss})"
+    tied_output = tune.trains_tied_output(model, opts.tune_params)
+    trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
+    what = f"tuning {trained if opts.tune_params == 'all' else 'the norms'} through Q4_0 ({opts.tune_loss})"
     with progress.stage(what, opts.tune_steps) as done:
         summary.tune_losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, summary.tune_lr,
                                         opts.tune_params, opts.tune_loss, opts.seed,
                                         on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
-    streamed.save(*model.model.layers, model.model.norm, *trained_head)  # saving releases them
+    trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
+    streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
 
 
