@@ -5,7 +5,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from awq2gguf.awq.compensate import compensate
+from awq2gguf.awq.compensate import DAMPING, _compensate_rows, _feedback, compensate
 from awq2gguf.awq.search import InputStats
 from awq2gguf.q4_0 import q4_0_fake_quant
 
@@ -30,6 +30,41 @@ def weights(rows=96, cols=256, seed=1):
 
 def ggml_q4_0(w: torch.Tensor) -> torch.Tensor:
     return torch.from_numpy(dequantize(quantize(w.numpy(), GGMLQuantizationType.Q4_0), GGMLQuantizationType.Q4_0))
+
+
+def textbook_gptq(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """GPTQ as its paper writes it, one column at a time through the factor of the inverse Hessian,
+    with each Q4_0 block's scale taken as ggml does from the block's weights when its first column
+    comes up (and its peak on level -8)."""
+    h = x.T @ x
+    h.diagonal().add_(DAMPING * h.diagonal().mean())
+    u = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(h)), upper=True)
+    w, q = w.clone(), torch.empty_like(w)
+    for j in range(w.shape[1]):
+        if j % 32 == 0:
+            block = w[:, j:j + 32]
+            peak_at = block.abs().argmax(dim=1)
+            d = (block.gather(1, peak_at[:, None]).squeeze(1) / -8).half().to(w.dtype)
+            inv_d = torch.where(d == 0, 0.0, 1 / d)
+        level = torch.trunc(w[:, j] * inv_d + 8.5).clamp(0, 15)
+        level[peak_at == j % 32] = 0
+        q[:, j] = (level - 8) * d
+        w[:, j + 1:] -= ((w[:, j] - q[:, j]) / u[j, j])[:, None] * u[j, j + 1:]
+    return q
+
+
+@pytest.mark.parametrize("n_tokens", [64, 1024])
+def test_the_feedback_form_is_gptq(n_tokens):
+    """The lazy-batched feedback form (one Cholesky factor of H) makes GPTQ's choices exactly, in
+    float64 where no rounding of the arithmetic decides a level; in float32 a few levels near a
+    half go the other way, with the same output error."""
+    x, w = correlated_inputs(n_tokens).double(), weights().double()
+    stats = InputStats(x, x.abs().mean(dim=0), n_tokens)
+    reference = textbook_gptq(w, x)
+    assert torch.equal(_compensate_rows(w, _feedback(stats)), reference)
+    single = compensate(w.float(), InputStats.of(x.float())).double()
+    assert (single != reference).float().mean() < 1e-2
+    assert stats.error(w - single) == pytest.approx(stats.error(w - reference), rel=1e-3)
 
 
 @pytest.mark.parametrize("n_tokens", [64, 1024])  # fewer tokens than features, and more

@@ -2,9 +2,13 @@
 
 Plain Q4_0 rounds every weight to its nearest level on its own. GPTQ rounds one input column at a
 time and pushes that column's rounding error onto the columns not yet rounded, weighted by the
-inverse Hessian H = x^T x of the linear's inputs, so the output error x (W - Q)^T is what gets
-minimised rather than each weight's own error (Frantar et al., 2022; Hessian-inverse updates in
-lazy batches of 128 columns as there).
+Hessian H = x^T x of the linear's inputs, so the output error x (W - Q)^T is what gets minimised
+rather than each weight's own error (Frantar et al., 2022; updates in lazy batches of 128 columns
+as there). It is computed in the equivalent feedback form (QuIP's LDLQ, Chee et al., 2023,
+theorem 6): column j is rounded from w_j + sum over i < j of (w_i - q_i) A_ij, with A the
+unit-diagonal upper factor of H = A D A^T. That needs one Cholesky factorisation of H, where
+GPTQ's own form needs H's inverse and its factor: 78 s -> 31 s for the 18,944-wide down
+projection of a 7B on 2 cores, the bulk of the rounding's cost there.
 
 The result must survive llama-quantize's round to nearest, which recomputes each block's scale
 from its largest magnitude: d = peak / -8. Each block's d is taken as ggml does, from the block's
@@ -28,13 +32,18 @@ COLUMNS_PER_BATCH = 128
 DAMPING = 0.3
 
 
-def _inverse_hessian_factor(stats: InputStats) -> torch.Tensor:
-    """Upper-triangular U with U^T U = (H + damping)^-1: row i of U, divided by U[i, i], is how
-    column i's rounding error spreads onto the columns after it."""
+def _feedback(stats: InputStats) -> torch.Tensor:
+    """A, upper triangular with unit diagonal, H + damping = A D A^T (D diagonal): A_ij, i < j, is
+    how much of column i's rounding error column j takes on. From the Cholesky factor of H with
+    rows and columns reversed, which is H's factor the other way round: H = N N^T, N upper. At
+    most two (cols, cols) matrices live at once (1.4 GB each for a 7B's down projection)."""
     h = stats.factor.T @ stats.factor
     h.diagonal().add_(DAMPING * h.diagonal().mean().clamp(min=1e-12))
-    inverse = torch.cholesky_inverse(torch.linalg.cholesky(h))
-    return torch.linalg.cholesky(inverse, upper=True)
+    lower = torch.linalg.cholesky(h.flip(0, 1))
+    del h
+    n = lower.flip(0, 1)
+    del lower
+    return n.div_(n.diagonal().clone())
 
 
 def _block_scale(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,34 +60,46 @@ def compensate(weight: torch.Tensor, stats: InputStats, out: torch.Tensor | None
     the dequantized weights (in `out`, which may be weight itself), which ggml's Q4_0 rounding
     leaves exactly as they are. Rows are independent, so a vocabulary-wide matrix goes
     ROWS_PER_STEP rows at a time."""
-    u = _inverse_hessian_factor(stats)
+    a = _feedback(stats)
     out = torch.empty_like(weight) if out is None else out
     for dst, src in zip(out.split(ROWS_PER_STEP), weight.split(ROWS_PER_STEP)):
-        dst.copy_(_compensate_rows(src.to(torch.float32, copy=True), u))
+        dst.copy_(_compensate_rows(src.float(), a))
     return out
 
 
-def _compensate_rows(w: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """compensate() for some rows, w (rows, cols) FP32, updated in place. Errors spread column by
+def _compensate_rows(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """compensate() for some rows, w (rows, cols) FP32, left as it is. Errors feed forward column by
     column within a Q4_0 block, then block by block within a batch, then batch by batch, so most
-    of the arithmetic is in matrix products."""
-    cols = w.shape[1]
+    of the arithmetic is in matrix products. The work is on the transpose, where a column is
+    contiguous: a column of w itself costs a cache line per weight (a 7B's gate and up
+    projections took 21 s that way, 9 s transposed)."""
+    # Each Q4_0 block's own (32, 32) diagonal block of A, inverted.
+    diagonal_blocks = a.unflatten(0, (-1, BLOCK)).unflatten(2, (-1, BLOCK)).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+    inverse_blocks = torch.linalg.solve_triangular(
+        diagonal_blocks, torch.eye(BLOCK, dtype=a.dtype).expand_as(diagonal_blocks), upper=True, unitriangular=True)
+    w = w.T.contiguous()  # (cols, rows)
+    target = w.clone()  # w plus the rounding errors fed forward so far
     out = torch.empty_like(w)
+    cols = w.shape[0]
     for start in range(0, cols, COLUMNS_PER_BATCH):
         end = min(start + COLUMNS_PER_BATCH, cols)
-        batch, u_batch = w[:, start:end], u[start:end, start:end]
+        batch, a_batch = target[start:end], a[start:end, start:end]
         errors = torch.empty_like(batch)
         for b in range(0, end - start, BLOCK):
-            d, peak_at = _block_scale(batch[:, b:b + BLOCK])
+            block = slice(start + b, start + b + BLOCK)
+            # The scale comes from the block as GPTQ's own form has it at this point: the earlier
+            # columns' errors compensated by this block and every later column (the feedback
+            # form's partial sum compensates with this block's columns alone).
+            fed_back = batch[b:b + BLOCK] - w[block]
+            d, peak_at = _block_scale((w[block] + inverse_blocks[block.start // BLOCK].T @ fed_back).T)
             inv_d = torch.where(d == 0, torch.zeros_like(d), 1 / d).squeeze(1)
-            d, is_peak = d.squeeze(1), peak_at[:, None] == torch.arange(BLOCK)
+            d, is_peak = d.squeeze(1), torch.arange(BLOCK)[:, None] == peak_at
             for i in range(b, b + BLOCK):
-                column = batch[:, i]
-                rounded = out[:, start + i]
-                torch.trunc(column * inv_d + 8.5, out=rounded)
-                rounded.clamp_(0, 15).masked_fill_(is_peak[:, i - b], 0).sub_(8).mul_(d)
-                torch.sub(column, rounded, out=errors[:, i]).div_(u_batch[i, i])
-                batch[:, i + 1:b + BLOCK].addr_(errors[:, i], u_batch[i, i + 1:b + BLOCK], alpha=-1)
-            batch[:, b + BLOCK:] -= errors[:, b:b + BLOCK] @ u_batch[b:b + BLOCK, b + BLOCK:]
-        w[:, end:] -= errors @ u[start:end, end:]
-    return out
+                rounded = out[start + i]
+                torch.trunc(batch[i] * inv_d + 8.5, out=rounded)
+                rounded.clamp_(0, 15).masked_fill_(is_peak[i - b], 0).sub_(8).mul_(d)
+                torch.sub(w[start + i], rounded, out=errors[i])
+                batch[i + 1:b + BLOCK].addr_(a_batch[i, i + 1:b + BLOCK], errors[i])
+            batch[b + BLOCK:] += a_batch[b:b + BLOCK, b + BLOCK:].T @ errors[b:b + BLOCK]
+        target[end:] += a[start:end, end:].T @ errors
+    return out.T
