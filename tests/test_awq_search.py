@@ -4,6 +4,7 @@ import pytest
 import torch
 from torch import nn
 
+from awq2gguf.awq import search
 from awq2gguf.awq.search import DEFAULT_GRID, InputStats, apply_clip, output_error, scales_for, search_clip, search_scales
 from awq2gguf.q4_0 import q4_0_fake_quant
 
@@ -23,6 +24,29 @@ def test_error_from_the_gram_matrix_equals_the_error_over_tokens():
     s = scales_for(x.abs().mean(0), 0.5)
     direct = sum((x @ (q4_0_fake_quant(l.weight * s) / s).T - x @ l.weight.T).pow(2).mean().item() for l in linears)
     assert output_error(InputStats.of(x), linears, s) == pytest.approx(direct, rel=1e-3)
+
+
+def test_a_matrix_too_big_for_the_budget_is_judged_on_evenly_spaced_rows(monkeypatch):
+    """The first linear (384 rows) costs 384 x 256 x 256 multiply-adds per evaluation: with a budget
+    of a third of that, output_error takes its every 3rd row (every 2nd with a floor of 192 rows);
+    the second (128 rows) stays whole; every_row judges both whole."""
+    x, linears = group_with_outlier_channels()
+    stats, s = InputStats.of(x), scales_for(x.abs().mean(0), 0.5)
+    whole = [output_error(stats, [l], s) for l in linears]
+
+    def rows(step):
+        sampled = nn.Linear(256, 384 // step, bias=False)
+        sampled.weight.data = linears[0].weight[::step].clone()
+        return output_error(stats, [sampled], s)
+
+    monkeypatch.setattr(search, "SEARCH_MACS", 384 * 256 * 256 / 3)
+    monkeypatch.setattr(search, "SEARCH_MIN_ROWS", 1)
+    assert output_error(stats, linears, s) == pytest.approx(rows(3) + whole[1], rel=1e-5)
+    assert output_error(stats, linears, s, every_row=True) == pytest.approx(sum(whole), rel=1e-5)
+    # Evenly spaced rows of a matrix whose rows are alike estimate its whole error closely.
+    assert rows(3) == pytest.approx(whole[0], rel=0.1) and rows(3) != whole[0]
+    monkeypatch.setattr(search, "SEARCH_MIN_ROWS", 192)
+    assert output_error(stats, linears, s) == pytest.approx(rows(2) + whole[1], rel=1e-5)
 
 
 def test_alpha_zero_is_plain_q4_0():

@@ -116,7 +116,7 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     cost perplexity there (bench/results/README.md, issue 14)."""
     stats = _input_stats(layer, x, kwargs)
     groups = scale_groups(layer)
-    choices = [search_scales(stats[g.consumers[0]], g.consumers, grid) for g in groups]
+    choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
     block = _Block(layer, x, kwargs, n_objective)
     block.configure(groups, [None] * len(groups))
     plain = block.error()

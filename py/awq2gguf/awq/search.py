@@ -15,6 +15,7 @@ not grow with the amount of calibration text.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -28,9 +29,13 @@ CLIP_GRID = tuple(1 - i / 20 for i in range(10))
 # The searches quantize matrices this many rows at a time: a vocabulary-wide output matrix would
 # otherwise need several transient copies of itself.
 ROWS_PER_STEP = 8192
-# The scale search judges a matrix with more rows (a vocabulary-wide output) on an even sample of
-# this many: its error is a mean over rows, and a 152k-row matrix cost a minute of search.
-SEARCH_ROWS = 32768
+# The scale search judges a matrix on evenly spaced rows, as many as cost this many multiply-adds
+# per evaluation but at least SEARCH_MIN_ROWS: its error is a mean over rows. A 0.5B's matrices are
+# searched whole but for its vocabulary-wide output (every 5th row; it cost a minute whole); a 7B's
+# gate and up projections on every 5th row. Rows that write the residual stream are always
+# judged whole (ScaleGroup.writes_residual).
+SEARCH_MACS = 25e9
+SEARCH_MIN_ROWS = 4096
 
 
 @dataclass
@@ -94,12 +99,12 @@ def scales_for(x_mean: torch.Tensor, alpha: float) -> torch.Tensor:
 
 
 @torch.no_grad()
-def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor) -> float:
+def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor, every_row: bool = False) -> float:
     """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W (estimated on
-    SEARCH_ROWS evenly spaced rows of a matrix with more)."""
+    evenly spaced rows of a matrix too big to judge whole within SEARCH_MACS, unless every_row)."""
     err = 0.0
     for linear in consumers:
-        weight = linear.weight[::-(-linear.weight.shape[0] // SEARCH_ROWS)]
+        weight = linear.weight[::1 if every_row else _search_row_step(linear.weight, stats)]
         n_rows = weight.shape[0]
         for w in weight.split(ROWS_PER_STEP):
             w = w.float()
@@ -107,16 +112,25 @@ def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor)
     return err
 
 
+def _search_row_step(weight: torch.Tensor, stats: InputStats) -> int:
+    """Every how many rows output_error takes one of weight's: each row costs a product with the
+    statistics' factor."""
+    rows, cols = weight.shape
+    return math.ceil(rows / max(SEARCH_MIN_ROWS, SEARCH_MACS / (cols * stats.factor.shape[0])))
+
+
 @torch.no_grad()
-def search_scales(stats: InputStats, consumers: list[nn.Linear], grid=DEFAULT_GRID) -> ScaleChoice:
+def search_scales(stats: InputStats, consumers: list[nn.Linear], grid=DEFAULT_GRID,
+                  every_row: bool = False) -> ScaleChoice:
     """Every other grid point first, then the two neighbours of the best one: the error is smooth
     in alpha at that scale, and this halves the cost, which is the bulk of AWQ's time."""
-    plain = output_error(stats, consumers, torch.ones_like(stats.mean))
+    plain = output_error(stats, consumers, torch.ones_like(stats.mean), every_row)
     errors = {}
 
     def evaluate(i: int) -> None:
         if 0 <= i < len(grid) and i not in errors:
-            errors[i] = plain if grid[i] == 0 else output_error(stats, consumers, scales_for(stats.mean, grid[i]))
+            errors[i] = plain if grid[i] == 0 else output_error(stats, consumers, scales_for(stats.mean, grid[i]),
+                                                                every_row)
 
     for i in [*range(0, len(grid), 2), len(grid) - 1]:
         evaluate(i)
