@@ -82,7 +82,7 @@ def run(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
 @torch.no_grad()
 def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
     linears = [m for m in layer.modules() if isinstance(m, nn.Linear)]
-    saved = [l.weight.data.clone() for l in linears]
+    saved = [l.weight.data for l in linears]  # not copied: the weights are swapped, not written
     for l in linears:
         l.weight.data = q4_0_fake_quant(l.weight.data)
     try:
