@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils import parametrize
 
+from .awq.apply import output_is_tied
 from .awq.forward import RESIDENT, Weights, model_log_probs
 from .q4_0 import BLOCK, q4_0_fake_quant
 
@@ -91,7 +92,7 @@ def trains_tied_output(model: nn.Module, params: str) -> bool:
     0.136 (74% -> 75.5% of plain Q4_0's perplexity gap). Training the untied one of
     Qwen2.5-Coder-0.5B (32 x 256, 24 steps) changed nothing (KLD 0.0506 -> 0.0503, PPL 39.56 ->
     39.57) for 69% more tuning time and 3.4 GiB more memory."""
-    return params == "all" and model.get_output_embeddings().weight is model.get_input_embeddings().weight
+    return params == "all" and output_is_tied(model)
 
 
 def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Module], list[nn.Parameter]]:
