@@ -20,6 +20,8 @@ FP weights that Q4_0 reproduces bit for bit.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from ..q4_0 import BLOCK
@@ -32,18 +34,31 @@ COLUMNS_PER_BATCH = 128
 DAMPING = 0.3
 
 
-def _feedback(stats: InputStats) -> torch.Tensor:
-    """A, upper triangular with unit diagonal, H + damping = A D A^T (D diagonal): A_ij, i < j, is
-    how much of column i's rounding error column j takes on. From the Cholesky factor of H with
-    rows and columns reversed, which is H's factor the other way round: H = N N^T, N upper. At
-    most two (cols, cols) matrices live at once (1.4 GB each for a 7B's down projection)."""
+@dataclass(frozen=True)
+class Feedback:
+    """How rounding errors feed forward for inputs with given statistics. a: upper triangular with
+    unit diagonal, H + damping = A D A^T (D diagonal), A_ij (i < j) how much of column i's rounding
+    error column j takes on; inverse_blocks: each Q4_0 block's own (32, 32) diagonal block of A,
+    inverted (blocks, 32, 32)."""
+    a: torch.Tensor
+    inverse_blocks: torch.Tensor
+
+
+def _feedback(stats: InputStats) -> Feedback:
+    """A from the Cholesky factor of H with rows and columns reversed, which is H's factor the
+    other way round: H = N N^T, N upper. At most two (cols, cols) matrices live at once (1.4 GB
+    each for a 7B's down projection)."""
     h = stats.factor.T @ stats.factor
     h.diagonal().add_(DAMPING * h.diagonal().mean().clamp(min=1e-12))
     lower = torch.linalg.cholesky(h.flip(0, 1))
     del h
     n = lower.flip(0, 1)
     del lower
-    return n.div_(n.diagonal().clone())
+    a = n.div_(n.diagonal().clone())
+    diagonal_blocks = a.unflatten(0, (-1, BLOCK)).unflatten(2, (-1, BLOCK)).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
+    inverse_blocks = torch.linalg.solve_triangular(
+        diagonal_blocks, torch.eye(BLOCK, dtype=a.dtype).expand_as(diagonal_blocks), upper=True, unitriangular=True)
+    return Feedback(a, inverse_blocks)
 
 
 def _block_scale(block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,23 +75,20 @@ def compensate(weight: torch.Tensor, stats: InputStats, out: torch.Tensor | None
     the dequantized weights (in `out`, which may be weight itself), which ggml's Q4_0 rounding
     leaves exactly as they are. Rows are independent, so a vocabulary-wide matrix goes
     ROWS_PER_STEP rows at a time."""
-    a = _feedback(stats)
+    feedback = _feedback(stats)
     out = torch.empty_like(weight) if out is None else out
     for dst, src in zip(out.split(ROWS_PER_STEP), weight.split(ROWS_PER_STEP)):
-        dst.copy_(_compensate_rows(src.float(), a))
+        dst.copy_(_compensate_rows(src.float(), feedback))
     return out
 
 
-def _compensate_rows(w: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+def _compensate_rows(w: torch.Tensor, feedback: Feedback) -> torch.Tensor:
     """compensate() for some rows, w (rows, cols) FP32, left as it is. Errors feed forward column by
     column within a Q4_0 block, then block by block within a batch, then batch by batch, so most
     of the arithmetic is in matrix products. The work is on the transpose, where a column is
     contiguous: a column of w itself costs a cache line per weight (a 7B's gate and up
     projections took 21 s that way, 9 s transposed)."""
-    # Each Q4_0 block's own (32, 32) diagonal block of A, inverted.
-    diagonal_blocks = a.unflatten(0, (-1, BLOCK)).unflatten(2, (-1, BLOCK)).diagonal(dim1=0, dim2=2).permute(2, 0, 1)
-    inverse_blocks = torch.linalg.solve_triangular(
-        diagonal_blocks, torch.eye(BLOCK, dtype=a.dtype).expand_as(diagonal_blocks), upper=True, unitriangular=True)
+    a, inverse_blocks = feedback.a, feedback.inverse_blocks
     w = w.T.contiguous()  # (cols, rows)
     target = w.clone()  # w plus the rounding errors fed forward so far
     out = torch.empty_like(w)
