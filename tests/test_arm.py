@@ -73,10 +73,12 @@ def test_patched_q4_0_repacked_kernels_and_ops(repack, variant, target):
     kernels = re.findall(r"kernel (gemm|gemv) K=\d+ N=\d+ M=\d+ max_rel_err (\S+)", out)
     mul_mat = re.findall(r"mul_mat K=\d+ N=\d+ M=\d+ max_rel_err (\S+)", out)
     get_rows = re.findall(r"get_rows K=\d+ N=\d+ (unsupported|mismatches (\d+))", out)
-    assert len(kernels) >= 40 and len(mul_mat) == 28 and len(get_rows) == 28
+    mul_mat_add = re.findall(r"mul_mat_add K=\d+ N=\d+ M=\d+ (?:bias|residual) mismatches (\d+)", out)
+    assert len(kernels) >= 40 and len(mul_mat) == 28 and len(get_rows) == 28 and len(mul_mat_add) == 56
     assert [e for _, e in kernels if not float(e) <= KERNEL_TOLERANCE] == []
     assert [e for e in mul_mat if not float(e) <= MUL_MAT_TOLERANCE] == []
     assert all(count == "0" for _, count in get_rows)
+    assert all(count == "0" for count in mul_mat_add)
 
 
 @pytest.mark.parametrize("target", ["128", "512"])

@@ -14,6 +14,7 @@ MUL_MAT_TOLERANCE = 1e-4
 _KERNEL = re.compile(r"kernel (gemm|gemv) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+)")
 _MUL_MAT = re.compile(r"mul_mat K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+)")
 _ONE_ROW = re.compile(r"one_row K=(\d+) N=(\d+) M=(\d+) mismatches (\d+)")
+_MUL_MAT_ADD = re.compile(r"mul_mat_add K=(\d+) N=(\d+) M=(\d+) (bias|residual) mismatches (\d+)")
 _GET_ROWS = re.compile(r"get_rows K=(\d+) N=(\d+) (unsupported|mismatches (\d+))")
 
 
@@ -50,6 +51,16 @@ def test_one_activation_row_gives_the_chunked_gemv_bit_for_bit(reports, build_na
     statically (no barrier); each column is still the same GEMV, so its output bits do not change."""
     results = _ONE_ROW.findall(reports[build_name])
     assert len(results) == 12 and all(r[3] == "0" for r in results)
+
+
+@pytest.mark.parametrize("build_name", ["stock", "patched"])
+def test_a_product_and_the_add_after_it_give_the_two_ops_bit_for_bit(reports, build_name):
+    """Decode: the patched build adds a Q/K/V bias or the residual in the GEMV's own pass (patch
+    0016, no barrier between MUL_MAT and ADD), with the same float additions as the ADD op; stock
+    runs the two ops, the reference for the same check."""
+    results = _MUL_MAT_ADD.findall(reports[build_name])
+    assert len(results) == 56 and {r[3] for r in results} == {"bias", "residual"}
+    assert [r for r in results if r[4] != "0"] == []
 
 
 def test_get_rows_from_the_repacked_layout_is_bit_exact(reports):

@@ -13,6 +13,10 @@
 //   one_row K=<k> N=<n> M=<m> mismatches <count>
 //       (M not a multiple of 4) MUL_MAT of the last activation row alone, the decode case,
 //       against that row of the M-row MUL_MAT, where it goes through the chunked GEMV: bit for bit.
+//   mul_mat_add K=<k> N=<n> M=<m> <bias|residual> mismatches <count>
+//       ADD(MUL_MAT(w, last row), bias) and ADD(residual, MUL_MAT(w, last row)) (patched: one fused
+//       pass, every thread adding to its own columns) against the lone-row MUL_MAT's output plus
+//       the addend, added here: bit for bit.
 //   get_rows K=<k> N=<n> <unsupported | mismatches <count>>
 //       GET_ROWS from the CPU_REPACK tensor against the plain one (bit for bit when supported).
 // Built by tests/test_q4_0_repack.py against each build's libggml; usage: q4_0_repack [threads]
@@ -26,6 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
 static ggml_backend_buffer_type_t repack_buft(ggml_backend_t cpu) {
     ggml_backend_dev_t dev = ggml_backend_get_device(cpu);
@@ -103,6 +108,8 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     ggml_context * ctx = ggml_init(params);
     ggml_tensor * x   = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, k, m);
     ggml_tensor * ids = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 2 * n + 1);
+    ggml_tensor * bias = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n);
+    ggml_tensor * residual = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n, 1);
     ggml_backend_buffer_t inputs = ggml_backend_alloc_ctx_tensors(ctx, cpu);
 
     const std::vector<float> xf = random_matrix(m, k, 1.0f);
@@ -111,10 +118,17 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     for (int64_t i = 0; i < n; i++) idv.push_back((int32_t) i);            // every row once
     for (int64_t i = 0; i <= n; i++) idv.push_back((int32_t) ((i * 7919) % n));  // and repeats, out of order
     ggml_backend_tensor_set(ids, idv.data(), 0, ggml_nbytes(ids));
+    const std::vector<float> bias_f = random_matrix(1, n, 1.0f), residual_f = random_matrix(1, n, 10.0f);
+    ggml_backend_tensor_set(bias, bias_f.data(), 0, ggml_nbytes(bias));
+    ggml_backend_tensor_set(residual, residual_f.data(), 0, ggml_nbytes(residual));
 
     ggml_tensor * mm_rep   = ggml_mul_mat(ctx, w.repacked, x);
     ggml_tensor * mm_plain = ggml_mul_mat(ctx, w.plain, x);
-    ggml_tensor * mm_last  = ggml_mul_mat(ctx, w.repacked, ggml_view_2d(ctx, x, k, 1, x->nb[1], (m - 1) * x->nb[1]));
+    ggml_tensor * x_last   = ggml_view_2d(ctx, x, k, 1, x->nb[1], (m - 1) * x->nb[1]);
+    ggml_tensor * mm_last  = ggml_mul_mat(ctx, w.repacked, x_last);
+    // Each product is used by its ADD alone, as Q/K/V with their biases and o/down with the residual.
+    ggml_tensor * plus_bias     = ggml_add(ctx, ggml_mul_mat(ctx, w.repacked, x_last), bias);
+    ggml_tensor * plus_residual = ggml_add(ctx, residual, ggml_mul_mat(ctx, w.repacked, x_last));
     ggml_tensor * gr_rep   = ggml_get_rows(ctx, w.repacked, ids);
     ggml_tensor * gr_plain = ggml_get_rows(ctx, w.plain, ids);
     const bool get_rows_ok = ggml_backend_supports_op(cpu, gr_rep);
@@ -123,6 +137,8 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     ggml_build_forward_expand(gf, mm_rep);
     ggml_build_forward_expand(gf, mm_plain);
     ggml_build_forward_expand(gf, mm_last);
+    ggml_build_forward_expand(gf, plus_bias);
+    ggml_build_forward_expand(gf, plus_residual);
     ggml_build_forward_expand(gf, gr_plain);
     if (get_rows_ok) ggml_build_forward_expand(gf, gr_rep);
     ggml_gallocr_t galloc = ggml_gallocr_new(ggml_backend_cpu_buffer_type());
@@ -137,11 +153,22 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     ggml_backend_tensor_get(mm_plain, b.data(), 0, ggml_nbytes(mm_plain));
     printf("mul_mat K=%lld N=%lld M=%lld max_rel_err %.3e\n", (long long) k, (long long) n, (long long) m,
            max_rel_err(a.data(), b.data(), m, n));
+    std::vector<float> last(n);
+    ggml_backend_tensor_get(mm_last, last.data(), 0, ggml_nbytes(mm_last));
     if (m > 1 && m % 4 != 0) {
-        std::vector<float> last(n);
-        ggml_backend_tensor_get(mm_last, last.data(), 0, ggml_nbytes(mm_last));
         printf("one_row K=%lld N=%lld M=%lld mismatches %d\n", (long long) k, (long long) n, (long long) m,
                memcmp(last.data(), a.data() + (m - 1) * n, n * sizeof(float)) != 0);
+    }
+    for (auto [name, sum, addend] : {std::tuple{"bias", plus_bias, &bias_f}, std::tuple{"residual", plus_residual, &residual_f}}) {
+        std::vector<float> got(n);
+        ggml_backend_tensor_get(sum, got.data(), 0, ggml_nbytes(sum));
+        int64_t mismatches = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const float want = last[i] + (*addend)[i];
+            mismatches += memcmp(&got[i], &want, sizeof(float)) != 0;
+        }
+        printf("mul_mat_add K=%lld N=%lld M=%lld %s mismatches %lld\n", (long long) k, (long long) n, (long long) m,
+               name, (long long) mismatches);
     }
 
     if (!get_rows_ok) {
