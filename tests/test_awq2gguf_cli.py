@@ -208,6 +208,24 @@ def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):
     assert "Beautiful is better than ugly" in tokenizer.decode(calib.input_ids[0])
 
 
+def test_self_sampled_tokens_follow_the_whole_distribution_and_never_end_a_sequence():
+    """Each token comes from the model's whole next-token distribution: the tail a top-k would cut
+    is sampled at its own rate; end-of-generation tokens never are."""
+    from awq2gguf.calibration_worker import sample_next
+
+    logits = np.zeros(100, dtype=np.float32)
+    logits[:2] = 3.0  # two likely tokens and a tail of 98
+    banned = np.array([99])
+    rng = np.random.default_rng(0)
+    counts = np.bincount([sample_next(logits, banned, rng) for _ in range(20000)], minlength=100)
+    want = np.exp(logits.astype(np.float64))
+    want[banned] = 0.0
+    want /= want.sum()
+    assert counts[99] == 0 and (counts[2:99] > 0).all()
+    assert np.abs(counts / counts.sum() - want).max() < 0.01
+    assert logits[99] == 0.0  # llama.cpp's logits buffer is left as it was
+
+
 def test_self_sampled_calibration_starts_from_openings_and_chat_prompts_in_turn(tiny_hf, builds, tmp_path):
     from awq2gguf.calibration import MIN_ANSWER, generated, prompt_ids, start_texts
     from awq2gguf.checkpoint import load_tokenizer
