@@ -100,6 +100,14 @@ def test_input_stats_give_the_error_over_tokens(n_tokens):
     assert torch.allclose(stats.block_grams(), torch.einsum("nbi,nbj->bij", xb, xb), rtol=1e-3, atol=1e-2)
 
 
+@pytest.mark.parametrize("features", [3, 258])  # fewer features than bands, and bands of unequal width
+def test_gram_is_the_symmetric_product(features):
+    a = torch.randn(100, features, generator=torch.Generator().manual_seed(6))
+    g = search.gram(a)
+    assert torch.equal(g, g.T)
+    assert torch.allclose(g, a.T @ a, rtol=1e-5, atol=1e-4)
+
+
 def block_errors(x, w, w_q):
     """Each Q4_0 block's share of the output error: sum over tokens of (x_b . d_b)^2."""
     d = (w - w_q).reshape(w.shape[0], -1, 32)

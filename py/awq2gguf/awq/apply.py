@@ -47,8 +47,9 @@ class AwqResult:
     block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
-def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> dict[nn.Linear, InputStats]:
-    """Statistics of the input of every linear, from one FP forward of the layer."""
+def _input_stats(layer: nn.Module, x: torch.Tensor,
+                 kwargs: dict) -> tuple[dict[nn.Linear, InputStats], torch.Tensor]:
+    """Statistics of the input of every linear, from one FP forward of the layer, and its output."""
     stats = {}
     sites = input_sites(layer)
 
@@ -57,23 +58,23 @@ def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> dict[nn.Lin
 
     hooks = [site.register_forward_hook(hook) for site in sites]
     try:
-        run(layer, x, kwargs)
+        y = run(layer, x, kwargs)
     finally:
         for h in hooks:
             h.remove()
-    return {linear: stats[site] for site, linears in sites.items() for linear in linears}
+    return {linear: stats[site] for site, linears in sites.items() for linear in linears}, y
 
 
 class _Block:
     """One decoder layer whose scales and clips can be tried and taken back: every candidate
     starts from the layer's FP weights, and is scored by the block's output error with all its
-    linears quantized, on the first samples of the calibration batch."""
+    linears quantized, on the first samples of the calibration batch (y: the FP layer's output
+    for the batch)."""
 
-    def __init__(self, layer: nn.Module, x: torch.Tensor, kwargs: dict, n_objective: int):
+    def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: dict, n_objective: int):
         self.layer = layer
         n = min(n_objective, x.shape[0])
-        self.x, self.kwargs = x[:n], batch_slice(kwargs, x.shape[0], n)
-        self.y_ref = run(layer, self.x, self.kwargs)
+        self.x, self.y_ref, self.kwargs = x[:n], y[:n], batch_slice(kwargs, x.shape[0], n)
         self.original = [p.detach().clone() for p in layer.parameters()]
 
     def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None,
@@ -114,10 +115,10 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
     plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
     cost perplexity there (bench/results/README.md, issue 14)."""
-    stats = _input_stats(layer, x, kwargs)
+    stats, y = _input_stats(layer, x, kwargs)
     groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
-    block = _Block(layer, x, kwargs, n_objective)
+    block = _Block(layer, x, y, kwargs, n_objective)
     block.configure(groups, [None] * len(groups))
     plain = block.error()
     kept = [c.alpha > 0 for c in choices]

@@ -48,7 +48,7 @@ def _feedback(stats: InputStats) -> Feedback:
     """A from the Cholesky factor of H with rows and columns reversed, which is H's factor the
     other way round: H = N N^T, N upper. At most two (cols, cols) matrices live at once (1.4 GB
     each for a 7B's down projection)."""
-    h = stats.factor.T @ stats.factor
+    h = stats.gram()
     h.diagonal().add_(DAMPING * h.diagonal().mean().clamp(min=1e-12))
     lower = torch.linalg.cholesky(h.flip(0, 1))
     del h

@@ -7,7 +7,8 @@ back after, so a model bigger than memory can be held one decoder block at a tim
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from contextlib import contextmanager, nullcontext
+from typing import Callable, Iterator, Protocol
 
 import torch
 from torch import nn
@@ -79,17 +80,25 @@ def run(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-@torch.no_grad()
-def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+@contextmanager
+def fake_quantized(layer: nn.Module) -> Iterator[None]:
+    """Inside the with-statement, the layer's linears have their Q4_0 round trip as weights."""
     linears = [m for m in layer.modules() if isinstance(m, nn.Linear)]
     saved = [l.weight.data for l in linears]  # not copied: the weights are swapped, not written
-    for l in linears:
-        l.weight.data = q4_0_fake_quant(l.weight.data)
+    with torch.no_grad():
+        for l in linears:
+            l.weight.data = q4_0_fake_quant(l.weight.data)
     try:
-        return run(layer, x, kwargs)
+        yield
     finally:
         for l, w in zip(linears, saved):
             l.weight.data = w
+
+
+@torch.no_grad()
+def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
+    with fake_quantized(layer):
+        return run(layer, x, kwargs)
 
 
 def output_modules(model: nn.Module) -> tuple[nn.Module, ...]:
@@ -120,8 +129,8 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
     for layer in model.model.layers:
         weights.load(layer)
         for q, xs in zip(quantized, states):
-            forward = run_fake_quantized if q else run
-            xs[:] = [forward(layer, x, kwargs) for x, (_, kwargs) in zip(xs, inputs)]
+            with fake_quantized(layer) if q else nullcontext():  # once for all the sequences
+                xs[:] = [run(layer, x, kwargs) for x, (_, kwargs) in zip(xs, inputs)]
         weights.release(layer)
     norm, head = output_modules(model)
     weights.load(norm, head)
