@@ -252,9 +252,11 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
         streamed.load(*streamed.parts)
     summary.tune_lr = opts.tune_lr * tune.grid_step(model)
     tied_output = tune.trains_tied_output(model, opts.tune_params)
-    trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
-    what = f"tuning {trained if opts.tune_params == 'all' else 'the norms'} through Q4_0 ({opts.tune_loss})"
-    with progress.stage(what, opts.tune_steps) as done:
+    if opts.tune_params == "all":
+        trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
+    else:
+        trained = "the norms"
+    with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", opts.tune_steps) as done:
         summary.tune_losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, summary.tune_lr,
                                         opts.tune_params, opts.tune_loss, opts.seed,
                                         on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))

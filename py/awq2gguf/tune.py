@@ -82,7 +82,7 @@ class _FakeQ4_0(nn.Module):
     """Parametrization: the weight's Q4_0 round trip forward, the identity backward (STE)."""
 
     def forward(self, w: torch.Tensor) -> torch.Tensor:
-        return w + (q4_0_fake_quant(w.detach()) - w).detach()
+        return w + (q4_0_fake_quant(w.detach()) - w.detach())
 
 
 def trains_tied_output(model: nn.Module, params: str) -> bool:
