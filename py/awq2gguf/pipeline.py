@@ -48,7 +48,7 @@ class Options:
     drop_method: str = "sleb"
     drop_list: tuple[int, ...] = ()  # or exactly these blocks
     tune_steps: int = 0  # quantization-aware tuning with distillation after AWQ (tune.py)
-    tune_lr: float = 4e-3  # in Q4_0 grid steps (tune.grid_step)
+    tune_lr: float = 8e-3  # in Q4_0 grid steps (tune.grid_step)
     tune_params: str = "all"
     tune_loss: str = "kl"
     calib_samples: int = 16
