@@ -139,6 +139,20 @@ def test_tuning_lowers_the_distillation_loss(model_dir, params):
     assert not any(p.requires_grad for p in student.parameters())
 
 
+def test_each_step_trains_the_q4_0_round_trip_of_the_latent_weights(model_dir):
+    """The loss a step reports is that of the Q4_0 model of the latent weights the steps before
+    left, not of the latent weights themselves."""
+    fp, x = f16_rounded_model(model_dir), ids()
+    teacher = tune.teacher(fp, x)
+    one, two = fake_quantized(fp), fake_quantized(fp)
+    tune.tune(one, x, teacher, steps=1, lr=1e-3)  # the first step of two, alone: the same schedule
+    losses = tune.tune(two, x, teacher, steps=2, lr=1e-3)
+    assert losses[1] == pytest.approx(loss_of(one, x, teacher), rel=1e-5)
+    with torch.no_grad():
+        latent = tune.distill_loss(one(x).logits, teacher, torch.arange(len(x))).item()
+    assert latent != pytest.approx(losses[1], rel=1e-3)
+
+
 @pytest.mark.parametrize("which", ["model_dir", "tied_model_dir"])
 def test_tuned_gguf_is_the_trained_model(which, request, calib_text, builds, tmp_path, monkeypatch):
     """awq2gguf --tune-steps, the trained model caught as tune.tune leaves it: OUT's Q4_0 blocks

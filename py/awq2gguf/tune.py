@@ -23,7 +23,6 @@ from typing import Callable
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils import parametrize
 
 from .awq.apply import output_is_tied
 from .awq.forward import RESIDENT, Weights, model_log_probs
@@ -78,13 +77,6 @@ def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, los
     return (kl * scale).sum(-1).mean()
 
 
-class _FakeQ4_0(nn.Module):
-    """Parametrization: the weight's Q4_0 round trip forward, the identity backward (STE)."""
-
-    def forward(self, w: torch.Tensor) -> torch.Tensor:
-        return w + (q4_0_fake_quant(w.detach()) - w.detach())
-
-
 def trains_tied_output(model: nn.Module, params: str) -> bool:
     """Whether tuning trains the output matrix, which is then the embedding table too (tied).
     AWQ can only clip a tied output matrix (an untied one gets scales through the final norm), and
@@ -95,19 +87,17 @@ def trains_tied_output(model: nn.Module, params: str) -> bool:
     return params == "all" and output_is_tied(model)
 
 
-def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Module], list[nn.Parameter]]:
-    """The modules whose weight trains through the fake quantizer (none with "norms"): the decoder
-    blocks' matrices, and a tied output matrix with the embeddings that hold the same weight. Then
-    every parameter that trains: those weights, the norms' and the biases (F32 in the GGUF)."""
+def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """What trains: the weights that go through the fake quantizer (none with "norms"), the decoder
+    blocks' matrices and a tied output matrix (one tensor, the embedding table too); and the
+    parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
     exact = [p for p in model.model.parameters() if p.dim() == 1]
     if params != "all":
         return [], exact
-    matrices = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
-    weights = [m.weight for m in matrices]
+    weights = [m.weight for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
     if trains_tied_output(model, params):
-        matrices += [model.get_output_embeddings(), model.get_input_embeddings()]
-        weights.append(model.get_input_embeddings().weight)  # one tensor for both
-    return matrices, weights + exact
+        weights.append(model.get_input_embeddings().weight)
+    return weights, exact
 
 
 def grid_step(model: nn.Module) -> float:
@@ -142,22 +132,26 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
     with torch.no_grad():
         for m in {embed, head}:
             m.weight.data = q4_0_fake_quant(m.weight.data)
-    matrices, trainable = _trainable(model, params)
+    quantized, exact = _trainable(model, params)
     for p in model.parameters():
         p.requires_grad_(False)
-    for p in trainable:
+    for p in quantized + exact:
         p.requires_grad_(True)
-    for m in matrices:
-        parametrize.register_parametrization(m, "weight", _FakeQ4_0())
     model.to(device)
     teacher = _on(teacher, device)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0)
+    # The optimizer trains FP32 latent copies; once per step the model's weights become their Q4_0
+    # round trips, and their gradient passes straight through to the latents (STE).
+    latents = [w.detach().clone() for w in quantized]
+    optimizer = torch.optim.AdamW(latents + exact, lr=lr, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _schedule(step, steps))
     generator = torch.Generator().manual_seed(seed)
     order: list[int] = []
     losses = []
     try:
         for step in range(steps):
+            with torch.no_grad():
+                for w, latent in zip(quantized, latents):
+                    w.copy_(q4_0_fake_quant(latent))
             rows = []
             while len(rows) < min(SEQUENCES_PER_STEP, len(input_ids)):
                 order = order or torch.randperm(len(input_ids), generator=generator).tolist()
@@ -168,14 +162,17 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
                 part = distill_loss(logits, teacher, torch.tensor([row], device=device), loss) / len(rows)
                 part.backward()
                 total += part.item()
+            for w, latent in zip(quantized, latents):
+                latent.grad, w.grad = w.grad, None
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             schedule.step()
             losses.append(total)
             on_step(step + 1, total)
     finally:
-        for m in matrices:
-            parametrize.remove_parametrizations(m, "weight", leave_parametrized=False)
+        with torch.no_grad():
+            for w, latent in zip(quantized, latents):
+                w.copy_(latent)
         for p in model.parameters():
             p.requires_grad_(False)
         model.to("cpu")
