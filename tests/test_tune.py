@@ -92,10 +92,10 @@ def test_teacher_keeps_the_top_k_and_the_rest_of_the_fp_distribution(model_dir):
 
 @pytest.mark.parametrize("loss", tune.LOSSES)
 def test_distill_loss_is_the_kl_over_the_top_k_and_the_rest(loss):
-    g = torch.Generator().manual_seed(0)
-    teacher_lp = F.log_softmax(3 * torch.randn(3, 10, 200, generator=g), -1)
-    student = 3 * torch.randn(3, 10, 200, generator=g)
-    x = torch.randint(0, 200, (3, 10), generator=g)
+    g, vocab = torch.Generator().manual_seed(0), 4 * tune.TOP_K
+    teacher_lp = F.log_softmax(3 * torch.randn(3, 10, vocab, generator=g), -1)
+    student = 3 * torch.randn(3, 10, vocab, generator=g)
+    x = torch.randint(0, vocab, (3, 10), generator=g)
     top = teacher_lp.topk(tune.TOP_K, dim=-1)
     rest = teacher_lp.scatter(-1, top.indices, -math.inf).logsumexp(-1)
     target = teacher_lp[:, :-1].gather(-1, x[:, 1:, None])[..., 0]
@@ -107,7 +107,7 @@ def test_distill_loss_is_the_kl_over_the_top_k_and_the_rest(loss):
         per_token = []
         for t in range(9):  # the last position has no next token
             p = torch.cat([teacher_lp[r, t, top.indices[r, t]].exp(), rest[r, t, None].exp()])
-            outside = torch.ones(200, dtype=torch.bool)
+            outside = torch.ones(vocab, dtype=torch.bool)
             outside[top.indices[r, t]] = False
             q = torch.cat([s[t, top.indices[r, t]].exp(), s[t, outside].exp().sum()[None]])
             per_token.append((p * (p.log() - q.log())).sum())
