@@ -140,3 +140,19 @@ def test_bad_block_choices_get_one_line_before_any_work(distinct_blocks, calib_t
     result = CliRunner().invoke(main, [str(distinct_blocks), str(out), "--calib", str(calib_text), *args])
     assert result.exit_code != 0 and message in result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_checks_of_a_pruned_tuned_model_measure_it_against_the_unpruned_one(distinct_blocks, calib_text, tmp_path):
+    """Tuning distils the whole model into the pruned one, so its held-out checks compare with the
+    whole model, where pruning alone compares with the pruned FP model (the pruned reference made a
+    tuned model that moved toward the whole one lose the check: OUT was the untuned model). Plain
+    Q4_0 of the same pruned model is farther from the whole model than from the pruned one."""
+    common = ["--calib", str(calib_text), "--calib-samples", "4", "--calib-tokens", "64", "--calib-held-out", "2",
+              "--drop-block-list", "1,4"]
+    plain_kld = {}
+    for name, tuning in (("pruned", []), ("tuned", ["--tune-steps", "2"])):
+        out = tmp_path / f"{name}.gguf"
+        result = CliRunner().invoke(main, [str(distinct_blocks), str(out), *common, *tuning])
+        assert result.exit_code == 0, result.output
+        plain_kld[name] = GGUFReader(out).fields["awq2gguf.check.plain_kld"].contents()
+    assert plain_kld["tuned"] > plain_kld["pruned"] > 0

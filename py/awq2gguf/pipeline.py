@@ -192,13 +192,18 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     from .awq.forward import model_log_probs
     from .awq.guard import kl_divergence
 
-    model, held_out = streamed.model, calib.held_out_ids
-    if len(held_out):
+    model, held_out, saved = streamed.model, calib.held_out_ids, work / "reference.pt"
+    if len(held_out) and saved.exists():  # the unpruned model's, saved by run()
+        with progress.stage(f"plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
+            (plain,) = model_log_probs(model, held_out, (True,), streamed)
+            summary.check_plain_kld = kl_divergence(torch.load(saved), plain)
+            del plain
+    elif len(held_out):
         with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
             reference, plain = model_log_probs(model, held_out, (False, True), streamed)
             summary.check_plain_kld = kl_divergence(reference, plain)
             # On disk until the check: (tokens, vocab) is 0.3 GB for a 152k vocabulary.
-            torch.save(reference, work / "reference.pt")
+            torch.save(reference, saved)
             del reference, plain
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
@@ -231,6 +236,16 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             streamed.reset()
     with progress.stage("writing the folded model"):
         return streamed.write_folder()
+
+
+def _save_reference(streamed: StreamedModel, held_out, path: Path, progress: Progress) -> None:
+    import torch
+
+    from .awq.forward import model_log_probs
+
+    with progress.stage(f"FP log-probabilities of {held_out.numel()} held-out tokens, before dropping blocks"):
+        (reference,) = model_log_probs(streamed.model, held_out, (False,), streamed)
+        torch.save(reference, path)
 
 
 def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
@@ -328,6 +343,10 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             # Before dropping blocks: a pruned model is distilled from the whole one.
             with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
                 teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
+            if opts.drops_blocks and calib.held_out_ids.numel():
+                # The held-out checks then measure against what the tuning distils, the whole model (not
+                # the pruned one, which the tuned model moves away from).
+                _save_reference(streamed, calib.held_out_ids, work / "reference.pt", progress)
         if opts.drops_blocks:
             summary.dropped = _drop_blocks(streamed, calib, opts, progress)
 
