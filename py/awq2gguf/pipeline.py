@@ -193,17 +193,15 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     from .awq.guard import kl_divergence
 
     model, held_out, saved = streamed.model, calib.held_out_ids, work / "reference.pt"
-    if len(held_out) and saved.exists():  # the unpruned model's, saved by run()
-        with progress.stage(f"plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
-            (plain,) = model_log_probs(model, held_out, (True,), streamed)
-            summary.check_plain_kld = kl_divergence(torch.load(saved), plain)
-            del plain
-    elif len(held_out):
+    if len(held_out):
         with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
-            reference, plain = model_log_probs(model, held_out, (False, True), streamed)
+            if saved.exists():  # the unpruned model's, saved by run() before dropping blocks
+                reference, (plain,) = torch.load(saved), model_log_probs(model, held_out, (True,), streamed)
+            else:
+                reference, plain = model_log_probs(model, held_out, (False, True), streamed)
+                # On disk until the check: (tokens, vocab) is 0.3 GB for a 152k vocabulary.
+                torch.save(reference, saved)
             summary.check_plain_kld = kl_divergence(reference, plain)
-            # On disk until the check: (tokens, vocab) is 0.3 GB for a 152k vocabulary.
-            torch.save(reference, saved)
             del reference, plain
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
