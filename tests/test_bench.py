@@ -100,7 +100,8 @@ def test_peak_rss_is_the_commands_own_not_the_callers():
 
 
 def test_busy_machine_guard_triggers_under_load():
-    from awq2gguf.bench.machine import busy_warning, physical_cores
+    from awq2gguf.bench.machine import busy_warning
+    from awq2gguf.host import physical_cores
 
     cores = physical_cores()
     spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(cores)]

@@ -16,7 +16,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import AutoModelForCausalLM
 
-from awq2gguf import tune
+from awq2gguf import tune, tune_blocks
 from awq2gguf.checkpoint import copy_other_files
 from awq2gguf.cli import main
 from awq2gguf.q4_0 import q4_0_fake_quant
@@ -261,6 +261,128 @@ def test_tuning_that_loses_the_check_leaves_the_untuned_model(model_dir, calib_t
     assert meta["awq2gguf.check.kld"] == meta["awq2gguf.check.untuned_kld"] == plain_meta["awq2gguf.check.kld"]
     got = {t.name: np.asarray(t.data) for t in GGUFReader(tuned).tensors}
     want = {t.name: np.asarray(t.data) for t in GGUFReader(untuned).tensors}
+    assert got.keys() == want.keys()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def test_the_memory_rule_tunes_the_whole_model_where_it_fits():
+    gib = 2**30
+    fits = (tune.MEMORY_SHARE * 20 * gib - tune.WHOLE_MODEL_BYTES_FIXED) // tune.WHOLE_MODEL_BYTES_PER_WEIGHT
+    assert tune.choose_mode("auto", "all", int(fits), 20 * gib)[0] == "model"
+    mode, why = tune.choose_mode("auto", "all", int(fits) + 1000, 20 * gib)
+    assert mode == "blocks" and "GiB are free" in why and "one block at a time" in why
+    # 24 GB machines: a 0.5B tunes whole, a 1.5B block by block
+    assert tune.choose_mode("auto", "all", 494_000_000, 22 * gib)[0] == "model"
+    assert tune.choose_mode("auto", "all", 1_540_000_000, 22 * gib)[0] == "blocks"
+    assert tune.choose_mode("blocks", "all", 1000, 20 * gib)[0] == "blocks"
+    assert tune.choose_mode("model", "all", 10**12, 20 * gib)[0] == "model"
+    assert tune.choose_mode("auto", "norms", 10**12, 20 * gib)[0] == "model"  # block-wise trains matrices
+
+
+def _run_q4_0(layer, x, kwargs):
+    """The decoder layer's output with its matrices at their Q4_0 values."""
+    q = copy.deepcopy(layer)
+    with torch.no_grad():
+        for m in q.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.copy_(q4_0_fake_quant(m.weight))
+        out = q(x, **kwargs)
+    return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.parametrize("own_input", [True, False])
+def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, own_input):
+    """Each block, trained alone through Q4_0 from plain rounding, comes out with a lower output
+    error against the FP model's hidden states on the training text (measured here on a model held
+    whole, from the blocks as saved), with the tuned model's own input or the FP one."""
+    from awq2gguf.awq.forward import first_block_input
+    from awq2gguf.streamed import StreamedModel
+
+    x = ids(8, 32)
+    streamed = StreamedModel(model_dir, tmp_path / "folded")
+    results = tune_blocks.tune_blocks(streamed.model, x, ids(0, 32), steps=32, lr=0.05, folded=streamed,
+                                      original=streamed.original(), own_input=own_input)
+    assert len(results) == 2 and all(r.kept and r.held_out_tuned is None for r in results)
+    fp = f16_rounded_model(model_dir)
+    tuned = copy.deepcopy(fp)
+    for saved, layer in zip(streamed.model.model.layers, tuned.model.layers):
+        streamed.load(saved)
+        layer.load_state_dict(saved.state_dict())
+        streamed.release(saved)
+    h_fp, kwargs = first_block_input(fp, x)
+    h_q = q4_0_fake_quant(h_fp)
+    for i, result in enumerate(results):
+        assert result.last_loss < result.first_loss, result
+        target = fp.model.layers[i](h_fp, **kwargs)
+        target = target[0] if isinstance(target, tuple) else target
+        h_in = h_q if own_input else h_fp
+        before = F.mse_loss(_run_q4_0(fp.model.layers[i], h_in, kwargs), target).item()
+        after = F.mse_loss(_run_q4_0(tuned.model.layers[i], h_in, kwargs), target).item()
+        assert after < 0.7 * before, (i, before, after)
+        h_fp, h_q = target, _run_q4_0(tuned.model.layers[i], h_q, kwargs)
+
+
+def _gguf_tensors(path) -> dict[str, np.ndarray]:
+    return {t.name: np.asarray(t.data) for t in GGUFReader(path).tensors}
+
+
+def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_path, monkeypatch):
+    """awq2gguf --tune-mode blocks: each block's matrices in OUT are gguf.quants' (ggml's) Q4_0 of
+    the weights its training left, its norms and biases those weights exactly; the metadata says so."""
+    trained = []
+
+    def catching(layer, *args, **kwargs):
+        losses = train(layer, *args, **kwargs)
+        trained.append({n: p.detach().clone() for n, p in layer.state_dict().items()})
+        return losses
+    train = tune_blocks._train
+    monkeypatch.setattr(tune_blocks, "_train", catching)
+    out = tmp_path / "out.gguf"
+    result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "6",
+                                       "--tune-mode", "blocks", "--tune-lr", "0.5", "--calib-samples", "4",
+                                       "--calib-tokens", "64", "--calib-held-out", "0"])
+    assert result.exit_code == 0, result.output
+    assert "tuning block by block: --tune-mode blocks" in result.output
+    assert "block-wise tuning: kept 2/2 tuned blocks" in result.output
+    meta = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
+    assert meta["awq2gguf.tune.mode"] == "blocks" and meta["awq2gguf.tune.blocks_kept"] == 2
+    assert meta["awq2gguf.tune.input"] == "quantized" and meta["awq2gguf.tune.steps"] == 6
+    assert len(trained) == 2
+    tensors = {t.name: t for t in GGUFReader(out).tensors}
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
+    for i, weights in enumerate(trained):
+        for local, w in weights.items():
+            t = tensors[names.get_name(f"model.layers.{i}.{local}", try_suffixes=(".weight", ".bias"))]
+            if w.dim() == 2:
+                want = quantize(w.numpy(), gguf.GGMLQuantizationType.Q4_0)
+                assert np.array_equal(np.asarray(t.data).reshape(want.shape), want), local
+            else:
+                assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), local
+
+
+def test_block_wise_blocks_that_lose_the_held_out_check_are_not_kept(model_dir, calib_text, tmp_path, monkeypatch):
+    """A training that wrecks every block: no block beats its untuned self on the held-out samples,
+    none is kept, and OUT holds exactly what awq2gguf writes without tuning."""
+    def wrecking(layer, *args, **kwargs):
+        losses = train(layer, *args, **kwargs)
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.mul_(-3)
+        return losses
+    train = tune_blocks._train
+    common = [str(model_dir), "--calib", str(calib_text), "--calib-samples", "4", "--calib-tokens", "64",
+              "--calib-held-out", "2"]
+    untuned, tuned = tmp_path / "untuned.gguf", tmp_path / "tuned.gguf"
+    result = CliRunner().invoke(main, [common[0], str(untuned), *common[1:]])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setattr(tune_blocks, "_train", wrecking)
+    result = CliRunner().invoke(main, [common[0], str(tuned), *common[1:], "--tune-steps", "2", "--tune-mode", "blocks"])
+    assert result.exit_code == 0, result.output
+    assert "block-wise tuning: kept 0/2 tuned blocks" in result.output
+    meta = {k: f.contents() for k, f in GGUFReader(tuned).fields.items()}
+    assert meta["awq2gguf.tune.blocks_kept"] == 0
+    got, want = _gguf_tensors(tuned), _gguf_tensors(untuned)
     assert got.keys() == want.keys()
     for name in want:
         assert np.array_equal(got[name], want[name]), name

@@ -10,10 +10,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import prune, tune
+from . import prune, tune, tune_blocks
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
-from .bench.machine import physical_cores
+from .host import physical_cores
 from .builds import BUILD_NAMES
 from .pipeline import ENGINES, QTYPES, Options, run
 from .proc_io import Awq2ggufError
@@ -37,6 +37,9 @@ class RichProgress:
         yield update
         self.progress.remove_task(task)
         err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
+
+    def note(self, text):
+        err.print(text)
 
 
 def block_list(_ctx, _param, text: str | None) -> tuple[int, ...]:
@@ -97,11 +100,19 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
               help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
-                   f"{tune.SEQUENCES_PER_STEP} calibration sequences, distilling the FP model's next-token "
-                   f"distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's). Wants more text than "
-                   "the search (16 sequences overfit; e.g. --calib-samples 128). Holds the whole model in memory "
-                   "with the optimizer's state and activations (SmolLM2-135M: 4.9 GiB peak). Kept only if it "
-                   "beats the untuned model on the held-out calibration samples.")
+                   f"{tune.SEQUENCES_PER_STEP} calibration sequences: the whole model distilling the FP model's "
+                   f"next-token distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's), or "
+                   "each decoder block in turn, this many steps each, matching the FP model's hidden states after "
+                   "it (see --tune-mode). Wants more text than the search (16 sequences overfit; e.g. "
+                   "--calib-samples 128). Kept only if it beats the untuned model on the held-out calibration "
+                   "samples (block-wise: each block, then the whole model).")
+@click.option("--tune-mode", type=click.Choice(tune.MODES), default="auto", show_default=True,
+              help=f"model: the whole model at once (about {tune.WHOLE_MODEL_BYTES_PER_WEIGHT} bytes of memory per "
+                   "weight); blocks: one decoder block at a time (the memory of one block); auto: the whole model "
+                   f"where that fits in {tune.MEMORY_SHARE:.0%} of the free memory, else blocks.")
+@click.option("--tune-input", type=click.Choice(tune_blocks.INPUTS), default="quantized", show_default=True,
+              help="Block-wise tuning: each block's input is the tuned model's own (it corrects what the blocks "
+                   "before it left) or the FP model's.")
 @click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
               help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
                    "matrices; so a model with smaller weights moves them as far): AdamW, warm-up over a tenth of "
@@ -146,7 +157,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
 def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, tune_steps,
-         tune_lr, tune_params, tune_loss, calib_samples,
+         tune_mode, tune_input, tune_lr, tune_params, tune_loss, calib_samples,
          calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, seed):
     import torch
     from transformers.utils import logging as hf_logging
@@ -154,7 +165,8 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     torch.set_num_threads(threads)
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
     opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
-                   drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_lr=tune_lr,
+                   drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_mode=tune_mode,
+                   tune_input=tune_input, tune_lr=tune_lr,
                    tune_params=tune_params, tune_loss=tune_loss, calib_samples=calib_samples,
                    calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
                    compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
@@ -166,6 +178,8 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     if tune_steps and (engine == "autoawq" or not opts.converter_writes_out):
         raise click.UsageError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
                                "and --engine awq2gguf")
+    if tune_mode == "blocks" and tune_params == "norms":
+        raise click.UsageError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto")
     started = time.perf_counter()
     try:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -186,6 +200,12 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     if summary.tune_losses:
         err.print(f"tuning (peak lr {summary.tune_lr:.3g}): distillation loss {summary.tune_losses[0]:.4f} "
                   f"(first step) -> {summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
+    if summary.tuned_blocks:
+        kept = [b for b in summary.tuned_blocks if b.kept]
+        err.print(f"block-wise tuning: kept {len(kept)}/{len(summary.tuned_blocks)} tuned blocks" + (
+            "; held-out output error of the kept ones " +
+            f"{sum(b.held_out_tuned for b in kept) / sum(b.held_out_untuned for b in kept):.3f}x untuned"
+            if kept and kept[0].held_out_tuned is not None else ""))
     if summary.check_untuned_kld is not None:
         verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
         err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "

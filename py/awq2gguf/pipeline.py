@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ContextManager, Protocol
 
-from . import __version__, calibration, checkpoint, lora, prune, tune
+from . import __version__, calibration, checkpoint, lora, prune, tune, tune_blocks
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
+from .host import available_memory
 from .proc_io import Awq2ggufError
 from .q4_0 import BLOCK
 from .quantize import quantize
@@ -51,6 +52,8 @@ class Options:
     tune_lr: float = 8e-3  # in Q4_0 grid steps (tune.grid_step)
     tune_params: str = "all"
     tune_loss: str = "kl"
+    tune_mode: str = "auto"  # tune.MODES
+    tune_input: str = "quantized"  # block-wise tuning's input (tune_blocks.INPUTS)
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
@@ -90,8 +93,11 @@ class Summary:
     check_tuned_kld: float | None = None  # ... and after
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
-    tune_losses: list[float] = field(default_factory=list)  # distillation loss of each tuning step
-    tune_lr: float | None = None  # the peak learning rate, in weight units (opts.tune_lr grid steps)
+    tune_mode: str | None = None  # "model" or "blocks" (tune.choose_mode), None: no tuning
+    tune_why: str = ""  # ... and why
+    tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
+    tune_lr: float | None = None  # whole-model: the peak learning rate, in weight units (opts.tune_lr grid steps)
+    tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block's
 
     @property
     def tune_kept(self) -> bool:
@@ -104,11 +110,17 @@ class Progress(Protocol):
         """A stage of the job; the context yields a callback taking the number of steps done, and
         optionally a note on the latest (e.g. a loss)."""
 
+    def note(self, text: str) -> None:
+        """A choice the job made, said once."""
+
 
 class NoProgress:
     @contextmanager
     def stage(self, description, total=None):
         yield lambda done, note=None: None
+
+    def note(self, text):
+        pass
 
 
 def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
@@ -131,16 +143,27 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.drop_blocks.calib_ppl": "str:" + ",".join(
             f"{p:.4f}" for p in (summary.dropped.ppl_before, *summary.dropped.ppl)),
     }
-    tuned = {} if not summary.tune_losses else {
-        "awq2gguf.tune.steps": f"int:{opts.tune_steps}",
-        "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",  # in Q4_0 grid steps
-        "awq2gguf.tune.lr_weights": f"float:{summary.tune_lr:g}",  # the same in weight units
-        "awq2gguf.tune.params": f"str:{opts.tune_params}",
-        "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
-        # the distillation loss of the first and the last step
-        "awq2gguf.tune.losses": f"str:{summary.tune_losses[0]:.6f},{summary.tune_losses[-1]:.6f}",
-        "awq2gguf.tune.kept": f"bool:{str(summary.tune_kept).lower()}",  # false: OUT is the untuned model
-    }
+    tuned = {}
+    if summary.tune_mode is not None:
+        tuned = {
+            "awq2gguf.tune.mode": f"str:{summary.tune_mode}",
+            "awq2gguf.tune.steps": f"int:{opts.tune_steps}",  # block-wise: per block
+            "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",  # in Q4_0 grid steps
+            "awq2gguf.tune.kept": f"bool:{str(summary.tune_kept).lower()}",  # false: OUT is the untuned model
+        }
+    if summary.tune_losses:
+        tuned |= {
+            "awq2gguf.tune.lr_weights": f"float:{summary.tune_lr:g}",  # the same in weight units
+            "awq2gguf.tune.params": f"str:{opts.tune_params}",
+            "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
+            # the distillation loss of the first and the last step
+            "awq2gguf.tune.losses": f"str:{summary.tune_losses[0]:.6f},{summary.tune_losses[-1]:.6f}",
+        }
+    if summary.tuned_blocks:
+        tuned |= {
+            "awq2gguf.tune.input": f"str:{opts.tune_input}",
+            "awq2gguf.tune.blocks_kept": f"int:{sum(b.kept for b in summary.tuned_blocks)}",
+        }
     merged = {} if adapter is None else {
         "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
         "awq2gguf.lora.rank": f"int:{adapter.rank}",
@@ -186,6 +209,8 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
 
 def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
          progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Path:
+    """AWQ, then (summary.tune_mode) tuning with the teacher (whole model) or block by block; the
+    held-out checks; the folded folder."""
     import torch
 
     from .awq.apply import apply_awq
@@ -213,17 +238,20 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     summary.clipped = (sum(result.clipped), len(result.clipped))
     summary.compensated = (sum(result.compensated), len(result.compensated))
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
-    if teacher is not None:
+    if summary.tune_mode is not None:
         if len(held_out):
             with progress.stage("checking the untuned model on the held-out tokens"):
                 summary.check_untuned_kld = _check_kld(model, held_out, streamed, work)
         untuned = streamed.branch(work / "tuned")
-        _tune(streamed, calib, teacher, opts, progress, summary)
+        if summary.tune_mode == "model":
+            _tune(streamed, calib, teacher, opts, progress, summary)
+        else:
+            _tune_blocks(streamed, calib, opts, progress, summary)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
             summary.check_kld = _check_kld(model, held_out, streamed, work)
         (work / "reference.pt").unlink()
-        if teacher is not None:
+        if summary.tune_mode is not None:
             summary.check_tuned_kld = summary.check_kld
             if not summary.tune_kept:  # tuning made it worse on text it never saw: undo it
                 streamed.restore(untuned)
@@ -263,7 +291,7 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
-    summary.tune_lr = opts.tune_lr * tune.grid_step(model)
+    summary.tune_lr = opts.tune_lr * tune.grid_step(model.model.layers)
     tied_output = tune.trains_tied_output(model, opts.tune_params)
     if opts.tune_params == "all":
         trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
@@ -276,6 +304,19 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
     streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
+
+
+def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, progress: Progress,
+                 summary: Summary) -> None:
+    """Tune the folded model one decoder block at a time, saving each block that beat its untuned self."""
+    n_layers, steps = len(streamed.model.model.layers), opts.tune_steps
+    with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input})",
+                        n_layers * steps) as done:
+        summary.tuned_blocks = tune_blocks.tune_blocks(
+            streamed.model, calib.search_ids, calib.held_out_ids, steps, opts.tune_lr, streamed, streamed.original(),
+            opts.tune_input == "quantized", opts.seed,
+            on_step=lambda block, step, loss: done(block * steps + step,
+                                                   f"block {block + 1}/{n_layers}, loss {loss:.3g}"))
 
 
 def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
@@ -325,6 +366,11 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
         streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
         _check_disk(streamed, out, opts)
+        if opts.tune_steps:
+            summary.tune_mode, summary.tune_why = tune.choose_mode(opts.tune_mode, opts.tune_params, streamed.n_params(),
+                                                                   available_memory())
+            progress.note(f"tuning {'the whole model' if summary.tune_mode == 'model' else 'block by block'}: "
+                          f"{summary.tune_why}")
         if opts.drops_blocks:
             prune.check(len(streamed.model.model.layers), list(opts.drop_list or range(opts.drop_blocks)))
         if adapter is not None:
@@ -337,10 +383,11 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
         teacher = None
-        if opts.tune_steps:
+        if summary.tune_mode == "model":
             # Before dropping blocks: a pruned model is distilled from the whole one.
             with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
                 teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
+        if summary.tune_mode is not None:
             if opts.drops_blocks and calib.held_out_ids.numel():
                 # The held-out checks then measure against what the tuning distils, the whole model (not
                 # the pruned one, which the tuned model moves away from).

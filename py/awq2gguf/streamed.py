@@ -190,15 +190,21 @@ class StreamedModel:
         if self.tied:
             self.head.weight = self.embed.weight
 
-    def load(self, *modules: nn.Module) -> None:
+    def original(self) -> "Original":
+        """A Weights store (awq.forward.Weights) of this model's checkpoint weights, for the FP reference."""
+        return Original(self)
+
+    def load(self, *modules: nn.Module, original: bool = False) -> None:
+        """Give the modules their latest weights (the last saved, else the checkpoint's), or with
+        original the checkpoint's whatever was saved since."""
         for part in self._parts(modules):
             names = self._names(part)
-            folded = [n for n in names if n in self.saved]
-            fresh = [n for n in names if n not in self.saved]
+            folded = [] if original else [n for n in names if n in self.saved]
+            fresh = [n for n in names if n not in folded]
             stored = self.folded.read([s for n in folded for s in self.saved[n]])
             tensors = {n: stored[n] if n in stored else q4_0_gptq.unpack(n, stored) for n in folded}
-            original = self.checkpoint.read([self.sources[n] for n in fresh])
-            tensors.update((n, round_to_f16(original[self.sources[n]])) for n in fresh)
+            checkpoint = self.checkpoint.read([self.sources[n] for n in fresh])
+            tensors.update((n, round_to_f16(checkpoint[self.sources[n]])) for n in fresh)
             self._assign(part, {local: tensors[self._name(part, local)] for local, _ in part.named_parameters()})
 
     def save(self, *modules: nn.Module) -> None:
@@ -269,3 +275,19 @@ class StreamedModel:
 
     def n_params(self) -> int:
         return sum(p.numel() for p in self.model.parameters())
+
+
+class Original:
+    """The checkpoint's weights of a StreamedModel's parts, read-only (what tuning matches block by block)."""
+
+    def __init__(self, streamed: StreamedModel):
+        self.streamed = streamed
+
+    def load(self, *modules: nn.Module) -> None:
+        self.streamed.load(*modules, original=True)
+
+    def save(self, *modules: nn.Module) -> None:
+        raise RuntimeError("the checkpoint's weights are never saved")
+
+    def release(self, *modules: nn.Module) -> None:
+        self.streamed.release(*modules)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch import nn
@@ -34,6 +34,29 @@ LOSSES = ("kl", "tsld")
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
 SEQUENCES_PER_STEP = 4
 WARMUP = 0.1  # share of the steps over which the learning rate rises
+MODES = ("auto", "model", "blocks")  # auto: the whole model where it fits in memory, else block by block
+# Whole-model tuning's peak: per weight its FP32 value, latent, gradient and Adam's two moments (20
+# bytes) and the activations, plus the logits and the teacher (measured: 4.7 GiB for SmolLM2-135M,
+# 10.5 GiB for Qwen2.5-Coder-0.5B, 2 threads).
+WHOLE_MODEL_BYTES_PER_WEIGHT = 24
+WHOLE_MODEL_BYTES_FIXED = 3 * 2**29
+MEMORY_SHARE = 0.8  # of the available memory that whole-model tuning may plan on
+
+
+def choose_mode(mode: str, params: str, n_params: int, available: int) -> tuple[str, str]:
+    """The tuning mode for a model of n_params weights on a machine with `available` bytes of free
+    memory, and why: `mode` if it is not "auto"; the whole model for params "norms" (block-wise
+    tuning trains matrices); else the whole model if its tuning's estimated peak fits in
+    MEMORY_SHARE of the free memory (it closes more of the gap), else block by block."""
+    need = WHOLE_MODEL_BYTES_PER_WEIGHT * n_params + WHOLE_MODEL_BYTES_FIXED
+    estimate = f"whole-model tuning needs about {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are free"
+    if mode != "auto":
+        return mode, f"--tune-mode {mode} ({estimate})"
+    if params == "norms":
+        return "model", "--tune-params norms trains the whole model's norms and biases"
+    if need <= MEMORY_SHARE * available:
+        return "model", estimate
+    return "blocks", f"{estimate}: one block at a time"
 
 
 @dataclass(frozen=True)
@@ -100,15 +123,13 @@ def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[
     return weights, exact
 
 
-def grid_step(model: nn.Module) -> float:
-    """The median Q4_0 scale of the decoder blocks' matrices (a block's largest magnitude / 8: one
-    step of its grid). Adam moves every weight by about the learning rate per step, whatever its
-    size, so the learning rate is given in these steps. Qwen2.5-Coder-0.5B's step is 12x smaller
-    than SmolLM2-135M's (0.0044 against 0.055): at the 1e-4 that suits SmolLM2 its tuning diverged
-    (24 steps: loss 0.038 -> 0.081, held-out KLD 0.060 -> 0.107), at 1e-5 it learned (loss 0.024,
-    KLD 0.052)."""
+def grid_step(module: nn.Module) -> float:
+    """The median Q4_0 scale of the matrices in module (a block's largest magnitude / 8: one step of
+    its grid). Adam moves every weight by about the learning rate per step, whatever its size, so
+    the learning rate is given in these steps. Qwen2.5-Coder-0.5B's step is 12x smaller than
+    SmolLM2-135M's (0.0044 against 0.055): at the 1e-4 that suits SmolLM2 its tuning diverged."""
     steps = [m.weight.detach().reshape(-1, BLOCK).abs().amax(1) / 8
-             for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
+             for m in module.modules() if isinstance(m, nn.Linear)]
     return torch.cat(steps).median().item()
 
 
@@ -118,6 +139,54 @@ def _schedule(step: int, steps: int) -> float:
     if step < warm:
         return (step + 1) / warm
     return 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def batches(n: int, steps: int, seed: int) -> Iterator[list[int]]:
+    """SEQUENCES_PER_STEP (at most n) of n sequences for each of `steps` steps, in shuffled epochs."""
+    generator = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    for _ in range(steps):
+        rows = []
+        while len(rows) < min(SEQUENCES_PER_STEP, n):
+            order = order or torch.randperm(n, generator=generator).tolist()
+            rows.append(order.pop())
+        yield rows
+
+
+class ThroughQ4_0:
+    """AdamW with the schedule above on FP32 latent copies of `quantized` and on `exact` as they are.
+    Before each step's forward, quantize() makes the weights their latents' Q4_0 round trips; step()
+    passes their gradient straight through to the latents (STE); finish() leaves the latents in the
+    weights, whose round-to-nearest Q4_0 is then exactly the model that was trained."""
+
+    def __init__(self, quantized: list[nn.Parameter], exact: list[nn.Parameter], lr: float, steps: int):
+        self.quantized = quantized
+        for p in quantized + exact:
+            p.requires_grad_(True)
+        self.latents = [w.detach().clone() for w in quantized]
+        self.optimizer = torch.optim.AdamW(self.latents + exact, lr=lr, weight_decay=0.0)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _schedule(step, steps))
+        self.exact = exact
+
+    @torch.no_grad()
+    def quantize(self) -> None:
+        for w, latent in zip(self.quantized, self.latents):
+            w.copy_(q4_0_fake_quant(latent))
+
+    def step(self) -> None:
+        for w, latent in zip(self.quantized, self.latents):
+            latent.grad, w.grad = w.grad, None
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.schedule.step()
+
+    @torch.no_grad()
+    def finish(self) -> None:
+        for w, latent in zip(self.quantized, self.latents):
+            w.copy_(latent)
+        for p in self.quantized + self.exact:
+            p.requires_grad_(False)
+            p.grad = None
 
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
@@ -132,49 +201,26 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
     with torch.no_grad():
         for m in {embed, head}:
             m.weight.data = q4_0_fake_quant(m.weight.data)
-    quantized, exact = _trainable(model, params)
     for p in model.parameters():
         p.requires_grad_(False)
-    for p in quantized + exact:
-        p.requires_grad_(True)
     model.to(device)
     teacher = _on(teacher, device)
-    # The optimizer trains FP32 latent copies; once per step the model's weights become their Q4_0
-    # round trips, and their gradient passes straight through to the latents (STE).
-    latents = [w.detach().clone() for w in quantized]
-    optimizer = torch.optim.AdamW(latents + exact, lr=lr, weight_decay=0.0)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: _schedule(step, steps))
-    generator = torch.Generator().manual_seed(seed)
-    order: list[int] = []
+    trainer = ThroughQ4_0(*_trainable(model, params), lr, steps)
     losses = []
     try:
-        for step in range(steps):
-            with torch.no_grad():
-                for w, latent in zip(quantized, latents):
-                    w.copy_(q4_0_fake_quant(latent))
-            rows = []
-            while len(rows) < min(SEQUENCES_PER_STEP, len(input_ids)):
-                order = order or torch.randperm(len(input_ids), generator=generator).tolist()
-                rows.append(order.pop())
+        for step, rows in enumerate(batches(len(input_ids), steps, seed)):
+            trainer.quantize()
             total = 0.0
             for row in rows:  # one sequence at a time: a (tokens, vocab) logit block is the largest tensor
                 logits = model(input_ids[row:row + 1].to(device), use_cache=False).logits
                 part = distill_loss(logits, teacher, torch.tensor([row], device=device), loss) / len(rows)
                 part.backward()
                 total += part.item()
-            for w, latent in zip(quantized, latents):
-                latent.grad, w.grad = w.grad, None
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            schedule.step()
+            trainer.step()
             losses.append(total)
             on_step(step + 1, total)
     finally:
-        with torch.no_grad():
-            for w, latent in zip(quantized, latents):
-                w.copy_(latent)
-        for p in model.parameters():
-            p.requires_grad_(False)
+        trainer.finish()
         model.to("cpu")
     return losses
 

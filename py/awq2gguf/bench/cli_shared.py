@@ -14,9 +14,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..assets.dev_models import DEV_MODEL_NAMES
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BUILD_NAMES
+from ..host import physical_cores
 from ..paths import DEFAULT_EVAL_TEXT
 from . import results, tables
-from .machine import busy_warning, cpu_info, physical_cores, threads_warning
+from .machine import busy_warning, cpu_info, threads_warning
 from .models import quantized_by, synthetic_f16
 from .reports import Report
 

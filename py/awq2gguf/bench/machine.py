@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
+from ..host import physical_cores
 
 # The x86 SIMD extensions the Q4_0 kernels can use, named as in /proc/cpuinfo, best first.
 _AVX512_PARTS = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16")
@@ -50,10 +51,6 @@ def cpu_info() -> CpuInfo:
         mhz = int(max_freq.read_text()) / 1000
     flags = fields.get("flags") or fields.get("Features", "")
     return CpuInfo(fields.get("vendor_id", ""), fields.get("model name", ""), frozenset(flags.split()), mhz / 1000)
-
-
-def physical_cores() -> int:
-    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
 
 
 def busy_warning(threads: int, sample_s: float = 1.0) -> str | None:

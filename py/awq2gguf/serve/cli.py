@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..bench.machine import physical_cores
+from ..host import physical_cores
 from ..builds import BUILD_NAMES, get_build
 from ..proc_io import Awq2ggufError
 from .limits import Limits

@@ -13,7 +13,7 @@ from ...builds import get_build
 from ...proc_io import Awq2ggufError
 from .. import ops as ops_mod
 from ..cli_shared import BUILDS, JSON, check_machine, finish, log, progress
-from ..machine import physical_cores
+from ...host import physical_cores
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
 from ..tables import Table
