@@ -93,6 +93,15 @@ def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
     # held-out reference log-probabilities) lie beside OUT for a while
     assert report["peak_disk_mib"] > report["out_mib"]
     assert (tmp_path / "models" / "synthetic-tiny-tied-hf" / "config.json").is_file()
+    assert report["tune_steps"] == 0 and report["tune_mode"] is None
+
+
+def test_awq_cost_of_a_block_wise_tuned_job(tmp_path):
+    proc = bench(tmp_path, "awq-cost", "--shape", "tiny-tied", "--calib-samples", "4", "--calib-tokens", "64",
+                 "--tune-steps", "2", "--tune-mode", "blocks", "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["tune_steps"] == 2 and report["tune_mode"] == "blocks" and report["seconds"] > 0
 
 
 def test_serve_measures_both_builds_at_each_client_count(tiny_q4_0, tmp_path):

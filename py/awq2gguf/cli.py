@@ -113,10 +113,11 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--tune-input", type=click.Choice(tune_blocks.INPUTS), default="quantized", show_default=True,
               help="Block-wise tuning: each block's input is the tuned model's own (it corrects what the blocks "
                    "before it left) or the FP model's.")
-@click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True), default=Options.tune_lr, show_default=True,
+@click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True),
+              show_default=f"{tune.LR:g} whole-model, {tune_blocks.LR:g} block-wise",
               help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
-                   "matrices; so a model with smaller weights moves them as far): AdamW, warm-up over a tenth of "
-                   "the steps, then a cosine to 0.")
+                   "matrices, or over the block's; so a model with smaller weights moves them as far): AdamW, "
+                   "warm-up over a tenth of the steps, then a cosine to 0.")
 @click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
               help="all: every block matrix and a tied output matrix (through the quantizer), norm and "
                    "bias; norms: the norms and biases only (cheaper, and they stay F32 in the GGUF).")

@@ -49,7 +49,7 @@ class Options:
     drop_method: str = "sleb"
     drop_list: tuple[int, ...] = ()  # or exactly these blocks
     tune_steps: int = 0  # quantization-aware tuning with distillation after AWQ (tune.py)
-    tune_lr: float = 8e-3  # in Q4_0 grid steps (tune.grid_step)
+    tune_lr: float | None = None  # in Q4_0 grid steps (tune.grid_step); None: the mode's own (Summary.tune_lr_grid)
     tune_params: str = "all"
     tune_loss: str = "kl"
     tune_mode: str = "auto"  # tune.MODES
@@ -95,9 +95,10 @@ class Summary:
     dropped: prune.Dropped | None = None
     tune_mode: str | None = None  # "model" or "blocks" (tune.choose_mode), None: no tuning
     tune_why: str = ""  # ... and why
+    tune_lr_grid: float | None = None  # the peak learning rate in Q4_0 grid steps: --tune-lr, else the mode's
     tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
-    tune_lr: float | None = None  # whole-model: the peak learning rate, in weight units (opts.tune_lr grid steps)
-    tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block's
+    tune_lr: float | None = None  # whole-model: the peak learning rate in weight units (tune_lr_grid grid steps)
+    tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block, in order
 
     @property
     def tune_kept(self) -> bool:
@@ -148,7 +149,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         tuned = {
             "awq2gguf.tune.mode": f"str:{summary.tune_mode}",
             "awq2gguf.tune.steps": f"int:{opts.tune_steps}",  # block-wise: per block
-            "awq2gguf.tune.lr": f"float:{opts.tune_lr:g}",  # in Q4_0 grid steps
+            "awq2gguf.tune.lr": f"float:{summary.tune_lr_grid:g}",  # in Q4_0 grid steps
             "awq2gguf.tune.kept": f"bool:{str(summary.tune_kept).lower()}",  # false: OUT is the untuned model
         }
     if summary.tune_losses:
@@ -291,7 +292,7 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
-    summary.tune_lr = opts.tune_lr * tune.grid_step(model.model.layers)
+    summary.tune_lr = summary.tune_lr_grid * tune.grid_step(model.model.layers)
     tied_output = tune.trains_tied_output(model, opts.tune_params)
     if opts.tune_params == "all":
         trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
@@ -313,7 +314,7 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
     with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input})",
                         n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
-            streamed.model, calib.search_ids, calib.held_out_ids, steps, opts.tune_lr, streamed, streamed.original(),
+            streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
             opts.tune_input == "quantized", opts.seed,
             on_step=lambda block, step, loss: done(block * steps + step,
                                                    f"block {block + 1}/{n_layers}, loss {loss:.3g}"))
@@ -369,6 +370,8 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         if opts.tune_steps:
             summary.tune_mode, summary.tune_why = tune.choose_mode(opts.tune_mode, opts.tune_params, streamed.n_params(),
                                                                    available_memory())
+            default_lr = tune.LR if summary.tune_mode == "model" else tune_blocks.LR
+            summary.tune_lr_grid = default_lr if opts.tune_lr is None else opts.tune_lr
             progress.note(f"tuning {'the whole model' if summary.tune_mode == 'model' else 'block by block'}: "
                           f"{summary.tune_why}")
         if opts.drops_blocks:

@@ -29,6 +29,7 @@ from .awq.forward import RESIDENT, Weights, model_log_probs
 from .q4_0 import BLOCK, q4_0_fake_quant
 
 TOP_K = 256  # against 64: KLD to FP 0.1271 -> 0.1254 (SmolLM2-135M), 0.0476 -> 0.0472 (Qwen2.5-Coder-0.5B)
+LR = 0.008  # peak learning rate in Q4_0 grid steps (grid_step)
 PARAMS = ("all", "norms")  # what trains: the matrices, norms and biases; or the norms and biases only
 LOSSES = ("kl", "tsld")
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)

@@ -30,6 +30,7 @@ from .q4_0 import q4_0_fake_quant
 from .tune import ThroughQ4_0, batches, grid_step
 
 INPUTS = ("quantized", "fp")
+LR = 0.02  # peak learning rate in Q4_0 grid steps of each block (tune.grid_step)
 ROWS_PER_RUN = 16  # sequences per no-grad forward: a 7B block's MLP holds rows x tokens x 18944 floats
 
 

@@ -81,8 +81,8 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
                   tune_steps: int = 0, drop_list: tuple[int, ...] = (), log=print) -> list[Made]:
     """Each method's file; the self-sampled variant once per seed, since which text the model happens
     to sample moves its perplexity more than the differences between methods. With tune_steps, the
-    calibration-file and first-seed variants tuned too; with drop_list, the calibration-file
-    variant with those blocks dropped, and (with tune_steps) dropped and tuned."""
+    calibration-file and first-seed variants tuned too, whole and block-wise; with drop_list, the
+    calibration-file variant with those blocks dropped, and (with tune_steps) dropped and tuned whole."""
     out_dir.mkdir(parents=True, exist_ok=True)
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
@@ -96,19 +96,21 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
                ["--seed", str(seed)]) for seed in seeds),
             *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
                 ["--calib", str(calib), "--untie-output"])] if _ties_output(model_dir) else [])]
-    tune = ["--tune-steps", str(tune_steps)]
     if tune_steps:
-        runs += [(f"awq2gguf, calibration file, --tune-steps {tune_steps}", "awq2gguf-file-tuned-Q4_0.gguf",
-                  ["--calib", str(calib), *tune]),
-                 (f"awq2gguf, self-sampled text, seed {seeds[0]}, --tune-steps {tune_steps}",
-                  f"awq2gguf-self-seed{seeds[0]}-tuned-Q4_0.gguf", ["--seed", str(seeds[0]), *tune])]
+        for mode, what in (("model", ""), ("blocks", " block-wise")):
+            tune = ["--tune-steps", str(tune_steps), "--tune-mode", mode]
+            runs += [(f"awq2gguf, calibration file, --tune-steps {tune_steps}{what}",
+                      f"awq2gguf-file-tuned-{mode}-Q4_0.gguf", ["--calib", str(calib), *tune]),
+                     (f"awq2gguf, self-sampled text, seed {seeds[0]}, --tune-steps {tune_steps}{what}",
+                      f"awq2gguf-self-seed{seeds[0]}-tuned-{mode}-Q4_0.gguf", ["--seed", str(seeds[0]), *tune])]
     if drop_list:
         drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, drop_list))]
         runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped", "awq2gguf-file-drop-Q4_0.gguf",
                      drop))
         if tune_steps:
             runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped, --tune-steps {tune_steps}",
-                         "awq2gguf-file-drop-tuned-Q4_0.gguf", drop + tune))
+                         "awq2gguf-file-drop-tuned-Q4_0.gguf",
+                         drop + ["--tune-steps", str(tune_steps), "--tune-mode", "model"]))
     if autoawq:
         runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
                      ["--calib", str(calib), "--engine", "autoawq"]))

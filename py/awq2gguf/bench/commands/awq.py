@@ -65,7 +65,8 @@ class AwqReport(Report):
 @click.option("--autoawq/--no-autoawq", default=None,
               help="Include the AutoAWQ engine (slow: ~20 min here). Default: when it is installed.")
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
-              help="Add the calibration-file and first-seed variants tuned for this many steps (awq2gguf --tune-steps).")
+              help="Add the calibration-file and first-seed variants tuned for this many steps (awq2gguf "
+                   "--tune-steps), the whole model and block by block.")
 @click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=block_list,
               help="Add the calibration-file variant with these blocks dropped (e.g. SLEB's choice in bench prune), "
                    "and with --tune-steps dropped and tuned: how much of the pruning's loss tuning wins back.")

@@ -12,6 +12,7 @@ from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ...builds import get_build
 from ...paths import MODELS_DIR
 from ...proc_io import Awq2ggufError
+from ...tune import MODES
 from .. import awq_compare
 from ..cli_shared import JSON, THREADS, check_machine, finish, log
 from ..peak_rss import peak_disk
@@ -31,10 +32,13 @@ class AwqCostReport(Report):
     seconds: float
     peak_rss_mib: float                 # the job and its children
     peak_disk_mib: float | None = None  # work files and OUT; reports before streaming did not measure it
+    tune_steps: int = 0
+    tune_mode: str | None = None  # tune.MODES; None: no tuning (and reports before it)
 
     def table(self) -> Table:
+        tuned = f", --tune-steps {self.tune_steps} --tune-mode {self.tune_mode}" if self.tune_steps else ""
         title = (f"awq2gguf defaults on a random-weight {self.shape} ({self.checkpoint_mib:.0f} MiB checkpoint), "
-                 f"{self.threads} thread(s), self-sampled {self.calib_samples} x {self.calib_tokens} tokens")
+                 f"{self.threads} thread(s), self-sampled {self.calib_samples} x {self.calib_tokens} tokens{tuned}")
         headers = ["wall time", "peak RSS MiB", "peak disk MiB (work files + output)", "output MiB"]
         minutes, seconds = divmod(round(self.seconds), 60)
         disk = "-" if self.peak_disk_mib is None else f"{self.peak_disk_mib:.0f}"
@@ -47,9 +51,11 @@ class AwqCostReport(Report):
               help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
 @click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
 @click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True, help="awq2gguf --tune-steps.")
+@click.option("--tune-mode", type=click.Choice(MODES), default="auto", show_default=True, help="awq2gguf --tune-mode.")
 @THREADS
 @JSON
-def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
+def awq_cost(shape, calib_samples, calib_tokens, tune_steps, tune_mode, threads, as_json):
     """Wall time, peak RSS (children included) and peak disk (temporary files and OUT) of
     `awq2gguf` with its defaults (self-sampled calibration, all-Q4_0 on the patched build) on a
     random-weight bf16 HF model of --shape, made once into the models folder."""
@@ -62,6 +68,8 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
         write_synthetic_hf(SHAPES[shape], model_dir)
     size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
     args = ["--calib-samples", str(calib_samples), "--calib-tokens", str(calib_tokens), "--threads", str(threads)]
+    if tune_steps:
+        args += ["--tune-steps", str(tune_steps), "--tune-mode", tune_mode]
     with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp, peak_disk(Path(tmp)) as disk:
         try:
             made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
@@ -71,5 +79,6 @@ def awq_cost(shape, calib_samples, calib_tokens, threads, as_json):
         out_mib = made.path.stat().st_size / 2**20
     report = AwqCostReport(kind="awq-cost", shape=shape, threads=threads, calib_samples=calib_samples,
                            calib_tokens=calib_tokens, checkpoint_mib=size, out_mib=out_mib, seconds=made.seconds,
-                           peak_rss_mib=made.peak_rss / 2**20, peak_disk_mib=disk() / 2**20, busy_warning=busy)
+                           peak_rss_mib=made.peak_rss / 2**20, peak_disk_mib=disk() / 2**20, busy_warning=busy,
+                           tune_steps=tune_steps, tune_mode=tune_mode if tune_steps else None)
     finish(report, as_json)
