@@ -44,6 +44,10 @@ def loss_of(model: nn.Module, input_ids: torch.Tensor, teacher: tune.Teacher) ->
         return tune.distill_loss(fake_quantized(model)(input_ids).logits, teacher, torch.arange(len(input_ids))).item()
 
 
+def _gguf_tensors(path) -> dict[str, np.ndarray]:
+    return {t.name: np.asarray(t.data) for t in GGUFReader(path).tensors}
+
+
 def kl(p: torch.Tensor, q: torch.Tensor) -> float:
     return (p.exp() * (p - q)).sum(-1).mean().item()
 
@@ -259,8 +263,7 @@ def test_tuning_that_loses_the_check_leaves_the_untuned_model(model_dir, calib_t
     assert meta["awq2gguf.tune.kept"] is False
     assert meta["awq2gguf.check.tuned_kld"] > meta["awq2gguf.check.untuned_kld"]
     assert meta["awq2gguf.check.kld"] == meta["awq2gguf.check.untuned_kld"] == plain_meta["awq2gguf.check.kld"]
-    got = {t.name: np.asarray(t.data) for t in GGUFReader(tuned).tensors}
-    want = {t.name: np.asarray(t.data) for t in GGUFReader(untuned).tensors}
+    got, want = _gguf_tensors(tuned), _gguf_tensors(untuned)
     assert got.keys() == want.keys()
     for name in want:
         assert np.array_equal(got[name], want[name]), name
@@ -321,10 +324,6 @@ def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, 
         after = F.mse_loss(_run_q4_0(tuned.model.layers[i], h_in, kwargs), target).item()
         assert after < 0.7 * before, (i, before, after)
         h_fp, h_q = target, _run_q4_0(tuned.model.layers[i], h_q, kwargs)
-
-
-def _gguf_tensors(path) -> dict[str, np.ndarray]:
-    return {t.name: np.asarray(t.data) for t in GGUFReader(path).tensors}
 
 
 def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_path, monkeypatch):
