@@ -161,13 +161,12 @@ class ThroughQ4_0:
     weights, whose round-to-nearest Q4_0 is then exactly the model that was trained."""
 
     def __init__(self, quantized: list[nn.Parameter], exact: list[nn.Parameter], lr: float, steps: int):
-        self.quantized = quantized
+        self.quantized, self.exact = quantized, exact
         for p in quantized + exact:
             p.requires_grad_(True)
         self.latents = [w.detach().clone() for w in quantized]
         self.optimizer = torch.optim.AdamW(self.latents + exact, lr=lr, weight_decay=0.0)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _schedule(step, steps))
-        self.exact = exact
 
     @torch.no_grad()
     def quantize(self) -> None:
