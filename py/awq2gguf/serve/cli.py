@@ -74,7 +74,8 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
 
     import uvicorn
 
-    from .app import PAGE_PATH, ServeOptions, create_app
+    from .app import PAGE_PATH, create_app
+    from .model import ServeOptions
 
     opts = ServeOptions(model, build_name, threads, ctx, Limits(max_prompt_tokens, max_tokens, queue), api_key)
     try:

@@ -14,8 +14,8 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # no phoning home fr
 
 import gradio as gr  # noqa: E402
 
-from .app import (ServeOptions, chat_prompt, model_turn, perf_counters, prompt_tokens,  # noqa: E402
-                  reset_perf_counters)
+from .model import (ServeOptions, chat_prompt, model_turn, perf_counters, prompt_tokens,  # noqa: E402
+                    reset_perf_counters)
 from .llama_thread import iterate_in_threadpool  # noqa: E402
 from .provenance import provenance  # noqa: E402
 
