@@ -7,7 +7,7 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
-        arm-build arm-check setup autoawq run test test-fast clean distclean
+        arm-build arm-check setup autoawq autoround run test test-fast clean distclean
 
 help:
 	@echo "make run            set up everything, run awq2gguf on SmolLM2-135M, benchmark decode patched vs stock"
@@ -22,6 +22,7 @@ help:
 	@echo "make patches-reset  drop unexported commits in vendor/llama.cpp and re-apply patches/"
 	@echo "make setup          create $(VENV) with torch (local CPU wheel), llama-cpp-python and this package"
 	@echo "make autoawq        add AutoAWQ 0.2.9 (awq2gguf --engine autoawq), without its unused triton"
+	@echo "make autoround      add Intel's AutoRound 0.16.1, the peer in bench awq --autoround-iters"
 
 vendor:
 	@scripts/vendor.sh
@@ -78,6 +79,14 @@ $(STAMPS)/autoawq: $(STAMPS)/setup
 
 autoawq: $(STAMPS)/autoawq
 
+# Intel's AutoRound, the peer of `bench awq --autoround-iters`. Its GGUF export imports sentencepiece
+# and gguf without declaring them; bench runs it on the vendored gguf-py, as the converter.
+$(STAMPS)/autoround: $(STAMPS)/setup
+	$(VPY) -m pip install --quiet auto-round==0.16.1 sentencepiece
+	@touch $@
+
+autoround: $(STAMPS)/autoround
+
 # The main job on its default model: SmolLM2-135M-Instruct (from a PyPI wheel) as a HF folder,
 # quantized with AWQ calibrated on text the model samples itself; then the speed A/B.
 run: setup builds
@@ -85,7 +94,7 @@ run: setup builds
 	    $(VENV)/bin/awq2gguf "$$model" "$$(dirname "$$model")/smollm2-135m-instruct-awq-Q4_0.gguf"
 	$(VENV)/bin/bench decode
 
-test: setup autoawq builds arm-build
+test: setup autoawq autoround builds arm-build
 	$(VPY) -m pytest
 
 test-fast: setup builds

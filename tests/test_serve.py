@@ -104,7 +104,7 @@ def test_cli_refuses_to_expose_the_server_without_a_key(smollm2_q4_0, tmp_path):
 def test_provenance_lists_the_awq2gguf_metadata(tmp_path):
     from gguf import GGUFWriter
 
-    from awq2gguf.serve.provenance import provenance
+    from awq2gguf.metadata import provenance
 
     path = tmp_path / "m.gguf"
     w = GGUFWriter(str(path), "llama")

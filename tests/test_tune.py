@@ -385,3 +385,82 @@ def test_block_wise_blocks_that_lose_the_held_out_check_are_not_kept(model_dir, 
     assert got.keys() == want.keys()
     for name in want:
         assert np.array_equal(got[name], want[name]), name
+
+
+def _block_wise(model_dir, calib_text, out, held_out: int, *extra: str):
+    result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "2",
+                                       "--tune-mode", "blocks", "--calib-samples", "4", "--calib-tokens", "64",
+                                       "--calib-held-out", str(held_out), *extra])
+    assert result.exit_code == 0, result.output
+    return result.output, {k: f.contents() for k, f in GGUFReader(out).fields.items()}
+
+
+def test_norms_end_to_end_after_block_wise_tuning_train_only_the_norms(model_dir, calib_text, tmp_path,
+                                                                        monkeypatch):
+    """--tune-norms-steps: OUT's matrices are the block-wise tuned model's, byte for byte; its norms
+    and biases are exactly what the end-to-end training left (no held-out samples: kept)."""
+    trained = {}
+
+    def catching(model, *args, **kwargs):
+        losses = tune_whole(model, *args, **kwargs)
+        assert args[4] == "norms"
+        trained.update((n, p.detach().clone()) for n, p in model.model.named_parameters() if p.dim() == 1)
+        return losses
+    tune_whole = tune.tune
+    blocks, both = tmp_path / "blocks.gguf", tmp_path / "both.gguf"
+    _block_wise(model_dir, calib_text, blocks, 0)
+    monkeypatch.setattr(tune, "tune", catching)
+    output, meta = _block_wise(model_dir, calib_text, both, 0, "--tune-norms-steps", "4")
+    assert "norms end to end" in output
+    assert meta["awq2gguf.tune.norms_steps"] == 4 and meta["awq2gguf.tune.norms_kept"] is True
+    tensors, before = {t.name: t for t in GGUFReader(both).tensors}, _gguf_tensors(blocks)
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
+    norms = {names.get_name(n, try_suffixes=(".weight", ".bias")): w for n, w in trained.items()}
+    assert len(norms) == 2 * 2 + 3 * 2 + 1  # per block two norms and three biases; the final norm
+    moved = 0
+    for name, t in tensors.items():
+        if name in norms:
+            assert np.array_equal(np.asarray(t.data).reshape(-1), norms[name].numpy().reshape(-1)), name
+            moved += not np.array_equal(np.asarray(t.data), before[name])
+        else:
+            assert np.array_equal(np.asarray(t.data), before[name]), name
+    assert moved == len(norms)
+
+
+def test_norms_that_lose_the_held_out_check_leave_the_block_wise_model(model_dir, calib_text, tmp_path, monkeypatch):
+    def wrecking(model, *args, **kwargs):
+        losses = tune_whole(model, *args, **kwargs)
+        with torch.no_grad():
+            for p in model.model.parameters():
+                if p.dim() == 1:
+                    p.mul_(-3)
+        return losses
+    tune_whole = tune.tune
+    blocks, both = tmp_path / "blocks.gguf", tmp_path / "both.gguf"
+    _, blocks_meta = _block_wise(model_dir, calib_text, blocks, 2)
+    monkeypatch.setattr(tune, "tune", wrecking)
+    output, meta = _block_wise(model_dir, calib_text, both, 2, "--tune-norms-steps", "2")
+    assert "lost: kept the block-wise model" in output
+    assert meta["awq2gguf.tune.norms_kept"] is False
+    assert meta["awq2gguf.check.kld"] == blocks_meta["awq2gguf.check.kld"]
+    got, want = _gguf_tensors(both), _gguf_tensors(blocks)
+    assert got.keys() == want.keys()
+    for name in want:
+        assert np.array_equal(got[name], want[name]), name
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise tuning"),
+    (["--tune-steps", "2", "--tune-mode", "model", "--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise"),
+])
+def test_norms_end_to_end_without_block_wise_tuning_is_refused(model_dir, calib_text, tmp_path, args, message):
+    result = CliRunner().invoke(main, [str(model_dir), str(tmp_path / "out.gguf"), "--calib", str(calib_text), *args])
+    assert result.exit_code != 0 and message in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_norms_end_to_end_that_would_not_fit_is_refused():
+    gib = 2**30
+    tune.check_norms_fit(1_540_000_000, 22 * gib)  # a 1.5B on a 24 GB machine
+    with pytest.raises(tune.TuneError, match=r"--tune-norms-steps holds the whole model: about 4\d\.\d GiB, 22\.0 GiB"):
+        tune.check_norms_fit(7_600_000_000, 22 * gib)  # a 7B

@@ -13,10 +13,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from . import prune, tune, tune_blocks
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
-from .host import physical_cores
+from .cli_options import THREADS, comma_ints
 from .builds import BUILD_NAMES
 from .pipeline import ENGINES, QTYPES, Options, run
-from .proc_io import Awq2ggufError
+from .proc_io import Command
 
 err = Console(stderr=True)
 
@@ -42,16 +42,6 @@ class RichProgress:
         err.print(text)
 
 
-def block_list(_ctx, _param, text: str | None) -> tuple[int, ...]:
-    """The --drop-block-list callback (bench awq passes its value on)."""
-    if text is None:
-        return ()
-    try:
-        return tuple(int(b) for b in text.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a comma-separated list of block numbers, e.g. 14,17") from None
-
-
 def _grid(_ctx, _param, steps: int) -> tuple[float, ...]:
     if steps < 0:
         raise click.BadParameter("needs 0 steps (no scales) or more")
@@ -75,7 +65,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 """
 
 
-@click.command(help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--qtype", type=click.Choice(list(QTYPES), case_sensitive=False), default="Q4_0", show_default=True,
@@ -95,7 +85,8 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--drop-blocks-method", type=click.Choice(prune.METHODS), default="sleb", show_default=True,
               help="sleb: remove, one at a time, the block whose absence costs the least calibration "
                    "perplexity; shortgpt: the blocks that change their input least (1 - cosine), at once.")
-@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=block_list,
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...",
+              callback=lambda _ctx, _param, value: comma_ints(value, "block numbers, e.g. 14,17"),
               help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
                    "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
@@ -124,9 +115,14 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--tune-loss", type=click.Choice(tune.LOSSES), default="kl", show_default=True,
               help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's "
                    "own cross-entropy on each next token (TSLD, Kim et al. 2023).")
-@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True,
+@click.option("--tune-norms-steps", type=click.IntRange(0), default=0, show_default=True,
+              help="After block-wise tuning, train the whole model's norms and biases end to end for this many "
+                   "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "
+                   "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
+                   "(about 6 bytes per weight).")
+@click.option("--calib-samples", type=click.IntRange(1), default=Options.calib_samples, show_default=True,
               help="Number of calibration sequences.")
-@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True,
+@click.option("--calib-tokens", type=click.IntRange(32), default=Options.calib_tokens, show_default=True,
               help="Tokens per calibration sequence.")
 @click.option("--calib-held-out", type=click.IntRange(0), default=4, show_default=True,
               help="More calibration sequences, never searched on: the finished model's KL divergence to "
@@ -155,10 +151,10 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--build", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
               help="Whose llama.cpp samples calibration text, and whose llama-quantize makes OUT (stock: its own "
                    "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
-@click.option("--threads", type=click.IntRange(1), default=physical_cores, show_default="physical cores")
+@THREADS
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
 def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, tune_steps,
-         tune_mode, tune_input, tune_lr, tune_params, tune_loss, calib_samples,
+         tune_mode, tune_input, tune_lr, tune_params, tune_loss, tune_norms_steps, calib_samples,
          calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, seed):
     import torch
     from transformers.utils import logging as hf_logging
@@ -168,7 +164,8 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
                    drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_mode=tune_mode,
                    tune_input=tune_input, tune_lr=tune_lr,
-                   tune_params=tune_params, tune_loss=tune_loss, calib_samples=calib_samples,
+                   tune_params=tune_params, tune_loss=tune_loss, tune_norms_steps=tune_norms_steps,
+                   calib_samples=calib_samples,
                    calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
                    compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
                    threads=threads, seed=seed)
@@ -180,14 +177,15 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
         raise click.UsageError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
                                "and --engine awq2gguf")
     if tune_mode == "blocks" and tune_params == "norms":
-        raise click.UsageError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto")
+        raise click.UsageError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto "
+                               "(after block-wise tuning: --tune-norms-steps)")
+    if tune_norms_steps and (not tune_steps or tune_mode == "model"):
+        raise click.UsageError("--tune-norms-steps follows block-wise tuning: it needs --tune-steps and --tune-mode "
+                               "blocks or auto")
     started = time.perf_counter()
-    try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      TimeRemainingColumn(), console=err, transient=True) as progress:
-            summary = run(model_dir, out, opts, RichProgress(progress))
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from None
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=err, transient=True) as progress:
+        summary = run(model_dir, out, opts, RichProgress(progress))
     err.print(f"calibration: {summary.calibration}")
     if (d := summary.dropped) is not None:
         steps = " -> ".join(f"{p:.2f} (-{b})" for b, p in zip(d.blocks, d.ppl))
@@ -207,6 +205,12 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
             "; held-out output error of the kept ones " +
             f"{sum(b.held_out_tuned for b in kept) / sum(b.held_out_untuned for b in kept):.3f}x untuned"
             if kept and kept[0].held_out_tuned is not None else ""))
+    if summary.norms_losses:
+        verdict = "kept" if summary.norms_kept else "[red]lost: kept the block-wise model[/]"
+        check = ("" if summary.check_norms_kld is None else f"; held-out KLD to FP {summary.check_norms_kld:.4f} vs "
+                 f"block-wise {summary.check_blocks_kld:.4f}: {verdict}")
+        err.print(f"norms end to end (peak lr {summary.norms_lr:.3g}): distillation loss "
+                  f"{summary.norms_losses[0]:.4f} -> {summary.norms_losses[-1]:.4f}{check}")
     if summary.check_untuned_kld is not None:
         verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
         err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "

@@ -21,15 +21,20 @@ class ConvertError(Awq2ggufError):
     pass
 
 
+def vendored_gguf_env(**extra: str) -> dict[str, str]:
+    """This process's environment, with extra items and the vendored gguf-py first on PYTHONPATH:
+    for a child that imports gguf (the converter, AutoRound's GGUF export)."""
+    path = [str(VENDOR_SRC / "gguf-py"), os.environ.get("PYTHONPATH")]
+    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(filter(None, path))}
+
+
 def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16", metadata: dict[str, str] | None = None) -> Path:
     """Convert model_dir to an `outtype` GGUF at out, with metadata items added last ({key:
     "TYPE:VALUE"}, as llama-quantize's --override-kv); out appears only when complete."""
     if not CONVERTER.is_file():
         raise ConvertError(f"{CONVERTER} not found: run `make vendor` first")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(VENDOR_SRC / "gguf-py"),
-                                                                     os.environ.get("PYTHONPATH")])))
     with atomic_path(out) as tmp:
         cmd = [sys.executable, str(CONVERTER), str(model_dir), "--outfile", str(tmp), "--outtype", outtype,
                *override_kv_args(metadata)]
-        run_tool(cmd, f"convert_hf_to_gguf.py on {model_dir}", env, ConvertError)
+        run_tool(cmd, f"convert_hf_to_gguf.py on {model_dir}", vendored_gguf_env(), ConvertError)
     return Path(out)

@@ -54,6 +54,7 @@ class Options:
     tune_loss: str = "kl"
     tune_mode: str = "auto"  # tune.MODES
     tune_input: str = "quantized"  # block-wise tuning's input (tune_blocks.INPUTS)
+    tune_norms_steps: int = 0  # after block-wise tuning: the whole model's norms and biases, end to end
     calib_samples: int = 16
     calib_tokens: int = 256
     calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
@@ -99,6 +100,15 @@ class Summary:
     tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
     tune_lr: float | None = None  # whole-model: the peak learning rate in weight units (tune_lr_grid grid steps)
     tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block, in order
+    norms_losses: list[float] = field(default_factory=list)  # then the norms end to end: each step's loss
+    norms_lr: float | None = None  # ... their peak learning rate in weight units
+    check_blocks_kld: float | None = None  # held-out KLD to FP after block-wise tuning
+    check_norms_kld: float | None = None  # ... and after the norms' end-to-end tuning too
+
+    @property
+    def norms_kept(self) -> bool:
+        """The norms' end-to-end tuning beat the block-wise model on the held-out check (or no check)."""
+        return self.check_norms_kld is None or self.check_norms_kld < self.check_blocks_kld
 
     @property
     def tune_kept(self) -> bool:
@@ -164,6 +174,13 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         tuned |= {
             "awq2gguf.tune.input": f"str:{opts.tune_input}",
             "awq2gguf.tune.blocks_kept": f"int:{sum(b.kept for b in summary.tuned_blocks)}",
+        }
+    if summary.norms_losses:
+        tuned |= {
+            "awq2gguf.tune.norms_steps": f"int:{len(summary.norms_losses)}",
+            "awq2gguf.tune.norms_lr_weights": f"float:{summary.norms_lr:g}",
+            "awq2gguf.tune.norms_losses": f"str:{summary.norms_losses[0]:.6f},{summary.norms_losses[-1]:.6f}",
+            "awq2gguf.tune.norms_kept": f"bool:{str(summary.norms_kept).lower()}",
         }
     merged = {} if adapter is None else {
         "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
@@ -245,9 +262,12 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
                 summary.check_untuned_kld = _check_kld(model, held_out, streamed, work)
         untuned = streamed.branch(work / "tuned")
         if summary.tune_mode == "model":
-            _tune(streamed, calib, teacher, opts, progress, summary)
+            summary.tune_losses, summary.tune_lr = _tune(streamed, calib, teacher, opts.tune_params, opts.tune_steps,
+                                                         summary.tune_lr_grid, opts, progress)
         else:
             _tune_blocks(streamed, calib, opts, progress, summary)
+            if opts.tune_norms_steps:
+                _tune_norms(streamed, calib, teacher, opts, work, progress, summary)
     if len(held_out):
         with progress.stage("checking the whole model on the held-out tokens"):
             summary.check_kld = _check_kld(model, held_out, streamed, work)
@@ -286,25 +306,26 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
     return kl_divergence(torch.load(work / "reference.pt"), folded)
 
 
-def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
-          progress: Progress, summary: Summary) -> None:
-    """Tune the folded model, all in memory, and save what trained."""
+def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: str, steps: int,
+          lr_grid: float, opts: Options, progress: Progress) -> tuple[list[float], float]:
+    """Tune the folded model's `params` (tune.PARAMS), all in memory, and save what trained; each
+    step's loss and the peak learning rate in weight units."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
-    summary.tune_lr = summary.tune_lr_grid * tune.grid_step(model.model.layers)
-    tied_output = tune.trains_tied_output(model, opts.tune_params)
-    if opts.tune_params == "all":
+    lr = lr_grid * tune.grid_step(model.model.layers)
+    tied_output = tune.trains_tied_output(model, params)
+    if params == "all":
         trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
     else:
-        trained = "the norms"
-    with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", opts.tune_steps) as done:
-        summary.tune_losses = tune.tune(model, calib.search_ids, teacher, opts.tune_steps, summary.tune_lr,
-                                        opts.tune_params, opts.tune_loss, opts.seed,
-                                        on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
+        trained = "the norms and biases"
+    with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", steps) as done:
+        losses = tune.tune(model, calib.search_ids, teacher, steps, lr, params, opts.tune_loss, opts.seed,
+                           on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
     streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
+    return losses, lr
 
 
 def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, progress: Progress,
@@ -318,6 +339,24 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
             opts.tune_input == "quantized", opts.seed,
             on_step=lambda block, step, loss: done(block * steps + step,
                                                    f"block {block + 1}/{n_layers}, loss {loss:.3g}"))
+
+
+def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
+                work: Path, progress: Progress, summary: Summary) -> None:
+    """After block-wise tuning, the whole model's norms and biases end to end against the teacher,
+    kept only where they beat the block-wise model on the held-out tokens."""
+    held_out = calib.held_out_ids
+    if len(held_out):
+        with progress.stage("checking the block-wise tuned model on the held-out tokens"):
+            summary.check_blocks_kld = _check_kld(streamed.model, held_out, streamed, work)
+    blockwise = streamed.branch(work / "norms")
+    summary.norms_losses, summary.norms_lr = _tune(streamed, calib, teacher, "norms", opts.tune_norms_steps,
+                                                   tune.LR, opts, progress)
+    if len(held_out):
+        with progress.stage("checking the tuned norms on the held-out tokens"):
+            summary.check_norms_kld = _check_kld(streamed.model, held_out, streamed, work)
+        if not summary.norms_kept:
+            streamed.restore(blockwise)
 
 
 def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
@@ -346,7 +385,8 @@ def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
     reference = opts.calib_held_out * opts.calib_tokens * streamed.embed.num_embeddings * 2
     merged = MERGED_BYTES_PER_WEIGHT if opts.lora is not None else 0
-    tuned = folded if opts.tune_steps else 0  # the tuned model beside the untuned one until the check
+    # the tuned model beside the untuned one until the check (and the tuned norms' beside both)
+    tuned = folded * (1 + bool(opts.tune_norms_steps)) if opts.tune_steps else 0
     needed = streamed.n_params() * (merged + max(sampling, folded + tuned + out_bytes)) + reference
     free = shutil.disk_usage(out.parent).free
     if free < needed:
@@ -374,6 +414,11 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             summary.tune_lr_grid = default_lr if opts.tune_lr is None else opts.tune_lr
             progress.note(f"tuning {'the whole model' if summary.tune_mode == 'model' else 'block by block'}: "
                           f"{summary.tune_why}")
+            if opts.tune_norms_steps:
+                if summary.tune_mode == "model":
+                    progress.note("--tune-norms-steps: not run, whole-model tuning trains the norms already")
+                else:
+                    tune.check_norms_fit(streamed.n_params(), available_memory())
         if opts.drops_blocks:
             prune.check(len(streamed.model.model.layers), list(opts.drop_list or range(opts.drop_blocks)))
         if adapter is not None:
@@ -386,7 +431,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         calib = _calibrate(model_dir, tokenizer, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
         teacher = None
-        if summary.tune_mode == "model":
+        if summary.tune_mode == "model" or (summary.tune_mode == "blocks" and opts.tune_norms_steps):
             # Before dropping blocks: a pruned model is distilled from the whole one.
             with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
                 teacher = tune.teacher(streamed.model, calib.search_ids, streamed)

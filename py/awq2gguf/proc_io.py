@@ -1,6 +1,6 @@
-"""What every command shares when it runs a tool or writes a file: the one error base class the
-command lines catch, a tool run that fails with the tail of what the tool said, and outputs that
-appear only when complete."""
+"""What every command shares when it runs a tool or writes a file: the one error base class, the
+click command classes that turn it into a one-line message, a tool run that fails with the tail of
+what the tool said, and outputs that appear only when complete."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import click
+
 # Lines of a failed tool's output quoted in its error: enough for llama.cpp's last log lines and a
 # Python traceback's end.
 TAIL_LINES = 12
@@ -19,6 +21,25 @@ TAIL_LINES = 12
 class Awq2ggufError(Exception):
     """A failure the user can act on, with a message that says what and why; the command lines print
     it without a traceback and exit 1."""
+
+
+class _UserErrors:
+    """Awq2ggufError raised while the command runs ends it with its message (click's "Error: ...",
+    exit 1), without a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except Awq2ggufError as e:
+            raise click.ClickException(str(e)) from None
+
+
+class Command(_UserErrors, click.Command):
+    pass
+
+
+class Group(_UserErrors, click.Group):
+    """Its subcommands' errors too: they run inside the group's invoke."""
 
 
 class ToolFailed(Awq2ggufError):

@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from .awq.apply import output_is_tied
 from .awq.forward import RESIDENT, Weights, model_log_probs
+from .proc_io import Awq2ggufError
 from .q4_0 import BLOCK, q4_0_fake_quant
 
 TOP_K = 256  # against 64: KLD to FP 0.1271 -> 0.1254 (SmolLM2-135M), 0.0476 -> 0.0472 (Qwen2.5-Coder-0.5B)
@@ -42,6 +43,13 @@ MODES = ("auto", "model", "blocks")  # auto: the whole model where it fits in me
 WHOLE_MODEL_BYTES_PER_WEIGHT = 24
 WHOLE_MODEL_BYTES_FIXED = 3 * 2**29
 MEMORY_SHARE = 0.8  # of the available memory that whole-model tuning may plan on
+# Tuning the norms alone end to end holds every weight in FP32 and the activations the norms'
+# gradients pass through; nothing per weight is trained.
+NORMS_BYTES_PER_WEIGHT = 6
+
+
+class TuneError(Awq2ggufError):
+    pass
 
 
 def choose_mode(mode: str, params: str, n_params: int, available: int) -> tuple[str, str]:
@@ -58,6 +66,15 @@ def choose_mode(mode: str, params: str, n_params: int, available: int) -> tuple[
     if need <= MEMORY_SHARE * available:
         return "model", estimate
     return "blocks", f"{estimate}: one block at a time"
+
+
+def check_norms_fit(n_params: int, available: int) -> None:
+    """Fail before the slow work if end-to-end tuning of the norms would not fit in MEMORY_SHARE
+    of the free memory."""
+    need = NORMS_BYTES_PER_WEIGHT * n_params + WHOLE_MODEL_BYTES_FIXED
+    if need > MEMORY_SHARE * available:
+        raise TuneError(f"--tune-norms-steps holds the whole model: about {need / 2**30:.1f} GiB, "
+                        f"{available / 2**30:.1f} GiB are free (block-wise tuning alone needs one block)")
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
 Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file (with
 and without compensated rounding) and with self-sampled text (and with --untie-output when the
 model ties its output matrix), optionally tuned (--tune-steps) and with given blocks dropped
-(--drop-block-list, without and with tuning), and the AutoAWQ engine when installed. The calibration windows
-come from the second half of the evaluation text, which the perplexity windows (at its start)
-never reach, and are written to one file that awq2gguf, AutoAWQ and llama-imatrix all read, so
-every method sees the same text.
+(--drop-block-list, without and with tuning), the AutoAWQ engine and Intel's AutoRound when installed. The
+calibration windows come from the second half of the evaluation text, which the perplexity windows
+(at its start) never reach, and are written to one file that awq2gguf, AutoAWQ and llama-imatrix
+all read (AutoRound: the same half as JSON lines), so every method sees the same text.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..checkpoint import load_tokenizer
 from ..pipeline import Options
 from ..proc_io import tool_failure
 from ..quantize import quantize
+from . import autoround
 from .llama_bench import BenchError
 from .peak_rss import run_with_peak_rss
 
@@ -78,11 +79,14 @@ def autoawq_available() -> bool:
 
 def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
                   n_samples: int, n_tokens: int, autoawq: bool, threads: int, seeds: tuple[int, ...] = (0,),
-                  tune_steps: int = 0, drop_list: tuple[int, ...] = (), log=print) -> list[Made]:
+                  tune_steps: int = 0, drop_list: tuple[int, ...] = (), autoround_iters: tuple[int, ...] = (),
+                  log=print) -> list[Made]:
     """Each method's file; the self-sampled variant once per seed, since which text the model happens
     to sample moves its perplexity more than the differences between methods. With tune_steps, the
     calibration-file and first-seed variants tuned too, whole and block-wise; with drop_list, the
-    calibration-file variant with those blocks dropped, and (with tune_steps) dropped and tuned whole."""
+    calibration-file variant with those blocks dropped, and (with tune_steps) dropped and tuned whole;
+    per autoround_iters, AutoRound's gguf:q4_0 as it writes it and, where it keeps some matrices in
+    another type, with those in Q4_0 too."""
     out_dir.mkdir(parents=True, exist_ok=True)
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
@@ -117,6 +121,18 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     for label, name, args in runs:
         log(f"awq2gguf: {label}")
         made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))
+    if autoround_iters:
+        jsonl = autoround.calibration_jsonl(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.jsonl")
+    for iters in autoround_iters:
+        label = f"AutoRound {autoround.VERSION} gguf:q4_0, --iters {iters}"
+        log(label)
+        written = out_dir / f"autoround-iters{iters}.gguf"
+        seconds, peak = autoround.quantize_q4_0(model_dir, jsonl, n_samples, n_tokens, iters, written, threads)
+        others = autoround.not_q4_0(written)
+        made.append(Made(f"{label}{f' ({others})' if others else ''}", written, seconds, peak))
+        if others:
+            made.append(Made(f"{label}, {others} put in Q4_0",
+                             autoround.at_q4_0(build, written, out_dir / f"autoround-iters{iters}-Q4_0.gguf")))
     return made
 
 

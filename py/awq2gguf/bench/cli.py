@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ..proc_io import Group
 from . import results, tables
 from .commands.arm import arm
 from .commands.awq import awq
@@ -20,7 +21,7 @@ from .commands.serve import serve
 from .commands.speed import decode, prefill
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 def main():
     """Measure the stock and patched llama.cpp builds against each other.
 

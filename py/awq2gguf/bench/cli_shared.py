@@ -14,8 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..assets.dev_models import DEV_MODEL_NAMES
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BUILD_NAMES
-from ..host import physical_cores
+from .. import cli_options
 from ..paths import DEFAULT_EVAL_TEXT
+from ..pipeline import Options
 from . import results, tables
 from .machine import busy_warning, cpu_info, threads_warning
 from .models import quantized_by, synthetic_f16
@@ -37,13 +38,6 @@ def parse_builds(_ctx, _param, value: str) -> list[str]:
     return names
 
 
-def comma_ints(value: str) -> tuple[int, ...]:
-    try:
-        return tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
-
-
 def options(*opts):
     """Several click options as one decorator."""
     def apply(f):
@@ -53,8 +47,11 @@ def options(*opts):
     return apply
 
 
-THREADS = click.option("--threads", "-t", type=click.IntRange(min=1), default=physical_cores,
-                       show_default="physical cores", help="Threads for every run.")
+THREADS, comma_ints = cli_options.THREADS, cli_options.comma_ints
+CALIB = options(
+    click.option("--calib-samples", type=click.IntRange(1), default=Options.calib_samples, show_default=True),
+    click.option("--calib-tokens", type=click.IntRange(32), default=Options.calib_tokens, show_default=True),
+)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],
                          show_default=True, help="Development model (rebuilt from PyPI wheels): smollm2 is "

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from ..serve.provenance import provenance
+from ..metadata import provenance
 from .awq_compare import Made, awq2gguf
 from .llama_bench import RUNNERS
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from ..host import physical_cores
 from ..builds import BUILD_NAMES, get_build
-from ..proc_io import Awq2ggufError
+from ..cli_options import THREADS
+from ..proc_io import Command
 from .limits import Limits
 
 LOOPBACK = "127.0.0.1"
@@ -32,7 +32,7 @@ def _gguf(_ctx, _param, path: Path) -> Path:
     return path.resolve()
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
 @click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
               help="llama.cpp build whose libllama.so runs the model (stock: for comparison).")
@@ -41,7 +41,7 @@ def _gguf(_ctx, _param, path: Path) -> Path:
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
 @click.option("--api-key", envvar="AWQ2GGUF_API_KEY", show_envvar=True,
               help="Bearer key the API requires (401 without it), and the chat page's password.")
-@click.option("-t", "--threads", type=click.IntRange(min=1), default=physical_cores, show_default="physical cores")
+@THREADS
 @click.option("--ctx", type=click.IntRange(min=64), default=4096, show_default=True,
               help="Context per request: prompt and answer together.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
@@ -67,10 +67,7 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     if not api_key and not _is_loopback(host):
         raise click.UsageError(f"--host {host} exposes the server beyond this machine: give it an --api-key "
                                "(or AWQ2GGUF_API_KEY)")
-    try:
-        os.environ.update(get_build(build_name).env())  # before llama_cpp is imported
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    os.environ.update(get_build(build_name).env())  # before llama_cpp is imported
 
     import uvicorn
 

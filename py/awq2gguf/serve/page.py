@@ -17,7 +17,7 @@ import gradio as gr  # noqa: E402
 from .model import (ServeOptions, chat_prompt, model_turn, perf_counters, prompt_tokens,  # noqa: E402
                     reset_perf_counters)
 from .llama_thread import iterate_in_threadpool  # noqa: E402
-from .provenance import provenance  # noqa: E402
+from ..metadata import provenance  # noqa: E402
 
 
 def _provenance_markdown(model) -> str:

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 import click
 
-from ...proc_io import Awq2ggufError
 from .. import arm as arm_mod
 from ..cli_shared import JSON, finish, progress
 from ..reports import Report, report_kinds
@@ -40,14 +39,11 @@ def arm(targets, shape_names, as_json):
     runs = [t for t in arm_mod.TARGETS if not targets or t.target in targets]
     shapes = [s for s in arm_mod.SHAPES if not shape_names or s.name in shape_names]
     rows = []
-    try:
-        with progress("counting guest instructions under QEMU", len(runs) * len(shapes)) as advance:
-            for variant, target in runs:
-                for shape in shapes:
-                    counts = {b: arm_mod.matmul_insns(b, variant, target, shape) for b in ("stock", "patched")}
-                    rows.append({"target": target, "shape": shape.name, "k": shape.k, "n": shape.n, "m": shape.m,
-                                 **counts, "ratio": counts["patched"] / counts["stock"]})
-                    advance()
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    with progress("counting guest instructions under QEMU", len(runs) * len(shapes)) as advance:
+        for variant, target in runs:
+            for shape in shapes:
+                counts = {b: arm_mod.matmul_insns(b, variant, target, shape) for b in ("stock", "patched")}
+                rows.append({"target": target, "shape": shape.name, "k": shape.k, "n": shape.n, "m": shape.m,
+                             **counts, "ratio": counts["patched"] / counts["stock"]})
+                advance()
     finish(ArmReport(kind="arm", note=arm_mod.PROXY_NOTE, rows=rows), as_json)

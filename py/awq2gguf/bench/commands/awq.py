@@ -10,12 +10,10 @@ import click
 
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
-from ...cli import block_list
 from ...paths import MODELS_DIR
-from ...proc_io import Awq2ggufError
-from .. import awq_compare, perplexity
-from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, comma_ints, \
-    finish, log
+from .. import autoround, awq_compare, perplexity
+from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
+    comma_ints, finish, log
 from ..models import quantized_by
 from ..reports import Report, report_kinds
 from ..tables import Table
@@ -26,6 +24,13 @@ def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
     if len(set(seeds)) != len(seeds):
         raise click.BadParameter(f"{value!r} repeats a seed")
     return seeds
+
+
+def _parse_iters(_ctx, _param, value: str) -> tuple[int, ...]:
+    iters = comma_ints(value)
+    if any(i < 0 for i in iters) or len(set(iters)) != len(iters):
+        raise click.BadParameter(f"{value!r}: distinct counts of 0 or more")
+    return iters
 
 
 @report_kinds("awq")
@@ -58,8 +63,7 @@ class AwqReport(Report):
 @click.command()
 @BUILD
 @PERPLEXITY_TEXT
-@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
-@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@CALIB
 @click.option("--seeds", default="0", show_default=True, callback=_parse_seeds,
               help="Comma-separated seeds: one self-sampled variant per seed, to show the spread.")
 @click.option("--autoawq/--no-autoawq", default=None,
@@ -67,14 +71,19 @@ class AwqReport(Report):
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
               help="Add the calibration-file and first-seed variants tuned for this many steps (awq2gguf "
                    "--tune-steps), the whole model and block by block.")
-@click.option("--drop-block-list", "drop_list", metavar="I,J,...", callback=block_list,
+@click.option("--drop-block-list", "drop_list", metavar="I,J,...",
+              callback=lambda _ctx, _param, value: comma_ints(value, "block numbers"),
               help="Add the calibration-file variant with these blocks dropped (e.g. SLEB's choice in bench prune), "
                    "and with --tune-steps dropped and tuned: how much of the pruning's loss tuning wins back.")
+@click.option("--autoround-iters", metavar="K,L,...", default="", callback=_parse_iters,
+              help=f"Add Intel's AutoRound {autoround.VERSION} gguf:q4_0 with these --iters per block (0: its "
+                   "optimized rounding alone; slow: ~20 min per run on SmolLM2-135M here), as written and with "
+                   "the matrices it keeps in other types put in Q4_0. Needs `make autoround`.")
 @THREADS
 @DEV_MODEL
 @JSON
-def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list, threads,
-        dev_model, as_json):
+def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list,
+        autoround_iters, threads, dev_model, as_json):
     """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
@@ -82,22 +91,21 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
     check_text(text)
     if autoawq and not awq_compare.autoawq_available():
         raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
+    if autoround_iters and not autoround.available():
+        raise click.ClickException(f"AutoRound is not installed ({autoround.COMMAND}): run `make autoround`")
     busy = check_machine(threads)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            build = get_build(build_name)
-            f16 = f16_gguf(dev_model)
-            plain = quantized_by(build, f16, "Q4_0", log)
-            made = awq_compare.make_variants(
-                build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
-                calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds,
-                tune_steps, drop_list, log)
-            log("computing FP16 logits, then each variant's PPL and KLD")
-            base_logits = Path(tmp) / "base.kld"
-            fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
-            rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
-        except Awq2ggufError as e:
-            raise click.ClickException(str(e)) from e
+        build = get_build(build_name)
+        f16 = f16_gguf(dev_model)
+        plain = quantized_by(build, f16, "Q4_0", log)
+        made = awq_compare.make_variants(
+            build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
+            calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds,
+            tune_steps, drop_list, autoround_iters, log)
+        log("computing FP16 logits, then each variant's PPL and KLD")
+        base_logits = Path(tmp) / "base.kld"
+        fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
+        rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
     report = AwqReport(kind="awq", model=DEV_MODELS[dev_model].title, dev_model=dev_model, build=build_name,
                        text=str(text), ctx=ctx, chunks=chunks, calib_samples=calib_samples, calib_tokens=calib_tokens,
                        seeds=list(seeds), fp16_ppl=fp16_ppl, busy_warning=busy, rows=rows)

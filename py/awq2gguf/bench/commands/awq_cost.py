@@ -11,10 +11,9 @@ import click
 from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ...builds import get_build
 from ...paths import MODELS_DIR
-from ...proc_io import Awq2ggufError
 from ...tune import MODES
 from .. import awq_compare
-from ..cli_shared import JSON, THREADS, check_machine, finish, log
+from ..cli_shared import CALIB, JSON, THREADS, check_machine, finish, log
 from ..peak_rss import peak_disk
 from ..reports import Report, report_kinds
 from ..tables import Table
@@ -49,8 +48,7 @@ class AwqCostReport(Report):
 @click.command("awq-cost")
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
               help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
-@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
-@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@CALIB
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True, help="awq2gguf --tune-steps.")
 @click.option("--tune-mode", type=click.Choice(MODES), default="auto", show_default=True, help="awq2gguf --tune-mode.")
 @THREADS
@@ -71,11 +69,8 @@ def awq_cost(shape, calib_samples, calib_tokens, tune_steps, tune_mode, threads,
     if tune_steps:
         args += ["--tune-steps", str(tune_steps), "--tune-mode", tune_mode]
     with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp, peak_disk(Path(tmp)) as disk:
-        try:
-            made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
-                                        get_build("patched"))
-        except Awq2ggufError as e:
-            raise click.ClickException(str(e)) from e
+        made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
+                                    get_build("patched"))
         out_mib = made.path.stat().st_size / 2**20
     report = AwqCostReport(kind="awq-cost", shape=shape, threads=threads, calib_samples=calib_samples,
                            calib_tokens=calib_tokens, checkpoint_mib=size, out_mib=out_mib, seconds=made.seconds,

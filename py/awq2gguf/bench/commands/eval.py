@@ -86,15 +86,12 @@ def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_name
     check_text(text)
     busy = check_machine(threads)
     suite_model = None
-    try:
-        build = get_build(build_name)
-        if not model_paths:
-            suite_model = dev_model
-            model_paths = dev_model_suite(dev_model, log)
-            base = base or model_paths[0]
-        items = {name: load_items(TASKS[name], limit) for name in task_names}
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    build = get_build(build_name)
+    if not model_paths:
+        suite_model = dev_model
+        model_paths = dev_model_suite(dev_model, log)
+        base = base or model_paths[0]
+    items = {name: load_items(TASKS[name], limit) for name in task_names}
 
     report = EvalReport(kind="eval", dev_model=suite_model, build=build_name, text=str(text), ctx=ctx, chunks=chunks,
                         base=str(base) if base else None, limit=limit, busy_warning=busy,
@@ -116,7 +113,7 @@ def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_name
             if report.rows:
                 report.error = str(e)
                 log(f"saved the finished rows to {results.save(report)}")
-            raise click.ClickException(str(e)) from e
+            raise
         except KeyboardInterrupt:
             report.interrupted = True
     if not report.rows:

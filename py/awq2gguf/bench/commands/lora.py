@@ -14,7 +14,7 @@ from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...convert import convert_hf_to_gguf
 from ...paths import MODELS_DIR
-from ...proc_io import Awq2ggufError
+from ...pipeline import Options
 from .. import awq_compare, perplexity
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
     log
@@ -69,34 +69,32 @@ def lora(build_name, text, ctx, chunks, lines, steps, drop_blocks, threads, dev_
     busy = check_machine(threads)
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
-            out_dir = MODELS_DIR / "lora" / dev_model
-            adapter = out_dir / f"wikitext-{lines}-lines-{steps}-steps"
-            if not (adapter / "training.json").is_file():
-                with err.status("") as status:
-                    make_adapter(model_dir, training_lines(text.read_text(), lines), adapter, steps,
-                                 on_step=lambda s, loss: status.update(f"LoRA fine-tune: step {s}/{steps}, "
-                                                                       f"loss {loss:.3f}"))
-            log(f"adapter {adapter}")
-            merged = lora_merge.merge(model_dir, lora_merge.read_adapter(adapter), Path(tmp) / "merged")
-            merged_f16 = convert_hf_to_gguf(merged, Path(tmp) / "merged-f16.gguf", "f16")
-            calib = awq_compare.calibration_file(model_dir, text, 16, 256, out_dir / "calibration.txt")
-            args = ["--calib", str(calib), "--threads", str(threads)]
-            made = [awq_compare.Made("FP16", f16), awq_compare.Made("FP16 + adapter (merged)", merged_f16)]
-            for label, name, extra in [
-                    ("all-Q4_0 awq2gguf", "awq2gguf.gguf", []),
-                    ("all-Q4_0 awq2gguf --lora", "awq2gguf-lora.gguf", ["--lora", str(adapter)]),
-                    (f"all-Q4_0 awq2gguf --lora --drop-blocks {drop_blocks}", f"awq2gguf-lora-drop{drop_blocks}.gguf",
-                     ["--lora", str(adapter), "--drop-blocks", str(drop_blocks)])]:
-                log(f"awq2gguf {' '.join(extra)}")
-                made.append(awq_compare.awq2gguf(label, model_dir, out_dir / name, args + extra, build))
-            rows = [dict(label=m.label, size_mib=m.path.stat().st_size / 2**20, make_s=m.seconds,
-                         peak_rss_mib=m.peak_rss / 2**20 if m.peak_rss else None,
-                         **perplexity.on_text(build, m.path, text, ctx, chunks, threads)) for m in made]
-            training = (adapter / "training.json").read_text()
-        except Awq2ggufError as e:
-            raise click.ClickException(str(e)) from e
+        build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
+        out_dir = MODELS_DIR / "lora" / dev_model
+        adapter = out_dir / f"wikitext-{lines}-lines-{steps}-steps"
+        if not (adapter / "training.json").is_file():
+            with err.status("") as status:
+                make_adapter(model_dir, training_lines(text.read_text(), lines), adapter, steps,
+                             on_step=lambda s, loss: status.update(f"LoRA fine-tune: step {s}/{steps}, "
+                                                                   f"loss {loss:.3f}"))
+        log(f"adapter {adapter}")
+        merged = lora_merge.merge(model_dir, lora_merge.read_adapter(adapter), Path(tmp) / "merged")
+        merged_f16 = convert_hf_to_gguf(merged, Path(tmp) / "merged-f16.gguf", "f16")
+        calib = awq_compare.calibration_file(model_dir, text, Options.calib_samples, Options.calib_tokens,
+                                                 out_dir / "calibration.txt")
+        args = ["--calib", str(calib), "--threads", str(threads)]
+        made = [awq_compare.Made("FP16", f16), awq_compare.Made("FP16 + adapter (merged)", merged_f16)]
+        for label, name, extra in [
+                ("all-Q4_0 awq2gguf", "awq2gguf.gguf", []),
+                ("all-Q4_0 awq2gguf --lora", "awq2gguf-lora.gguf", ["--lora", str(adapter)]),
+                (f"all-Q4_0 awq2gguf --lora --drop-blocks {drop_blocks}", f"awq2gguf-lora-drop{drop_blocks}.gguf",
+                 ["--lora", str(adapter), "--drop-blocks", str(drop_blocks)])]:
+            log(f"awq2gguf {' '.join(extra)}")
+            made.append(awq_compare.awq2gguf(label, model_dir, out_dir / name, args + extra, build))
+        rows = [dict(label=m.label, size_mib=m.path.stat().st_size / 2**20, make_s=m.seconds,
+                     peak_rss_mib=m.peak_rss / 2**20 if m.peak_rss else None,
+                     **perplexity.on_text(build, m.path, text, ctx, chunks, threads)) for m in made]
+        training = (adapter / "training.json").read_text()
     report = LoraReport(kind="lora", model=DEV_MODELS[dev_model].title, dev_model=dev_model, build=build_name,
                         text=str(text), ctx=ctx, chunks=chunks, adapter=json.loads(training),
                         drop_blocks=drop_blocks, busy_warning=busy, rows=rows)

@@ -10,7 +10,6 @@ import click
 
 from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ...builds import get_build
-from ...proc_io import Awq2ggufError
 from .. import ops as ops_mod
 from ..cli_shared import BUILDS, JSON, check_machine, finish, log, progress
 from ...host import physical_cores
@@ -54,15 +53,12 @@ def ops(op_names, shape, qtype, build_names, reps, as_json):
     (1 token) by test-export-graph-ops, so the shapes are exactly the model's.
     """
     busy = check_machine(physical_cores())
-    try:
-        builds = [get_build(n) for n in build_names]
-        model = quantized_by(builds[0], synthetic_f16(shape, log), qtype, log)
-        with tempfile.TemporaryDirectory() as tmp:
-            cases = ops_mod.export_cases(builds[0], model, [o.upper() for o in op_names], Path(tmp))
-            with progress("op timings", reps * len(builds)) as advance:
-                timings = ops_mod.run_interleaved(builds, cases, reps, on_run=advance)
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    builds = [get_build(n) for n in build_names]
+    model = quantized_by(builds[0], synthetic_f16(shape, log), qtype, log)
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = ops_mod.export_cases(builds[0], model, [o.upper() for o in op_names], Path(tmp))
+        with progress("op timings", reps * len(builds)) as advance:
+            timings = ops_mod.run_interleaved(builds, cases, reps, on_run=advance)
     report = OpsReport(kind="ops", shape=shape, qtype=qtype, reps=reps, busy_warning=busy,
                        builds=[b.name for b in builds], cases=ops_mod.summarise(timings, builds[0].name))
     finish(report, as_json)

@@ -12,12 +12,11 @@ import click
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...paths import MODELS_DIR
-from ...proc_io import Awq2ggufError
 from ...prune import METHODS
 from .. import awq_compare, perplexity, plots
 from ..accuracy import evaluate_model
-from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, comma_ints, \
-    finish, log, progress
+from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
+    comma_ints, finish, log, progress
 from ..prune_compare import interleaved_speed, make_pruned
 from ..reports import Report, report_kinds
 from ..tables import Table
@@ -86,8 +85,7 @@ class PruneReport(Report):
 @click.option("--methods", default=",".join(METHODS), show_default=True,
               callback=_parse_methods,
               help=f"Comma-separated: {', '.join(METHODS)}.")
-@click.option("--calib-samples", type=click.IntRange(1), default=16, show_default=True)
-@click.option("--calib-tokens", type=click.IntRange(32), default=256, show_default=True)
+@CALIB
 @click.option("--limit", type=click.IntRange(min=1), default=250, show_default=True,
               help="First N validation items per multiple-choice task.")
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
@@ -106,27 +104,24 @@ def prune(build_name, text, ctx, chunks, counts, methods, calib_samples, calib_t
     check_text(text)
     busy = check_machine(threads)
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
-            out_dir = MODELS_DIR / "prune" / dev_model
-            out_dir.mkdir(parents=True, exist_ok=True)
-            calib = awq_compare.calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / "calibration.txt")
-            args = ["--calib", str(calib), "--calib-samples", str(calib_samples), "--calib-tokens",
-                    str(calib_tokens), "--threads", str(threads)]
-            made = make_pruned(build, model_dir, out_dir, args, counts, methods, log)
-            items = {name: load_items(TASKS[name], limit) for name in TASKS}
-            log("FP16 logits, then each file's perplexity, KLD and tasks")
-            base_logits = Path(tmp) / "base.kld"
-            perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)
-            metrics = lambda m: perplexity.against_base(build, m, base_logits, threads)  # noqa: E731
-            files = [f16] + [p.made.path for p in made]
-            with progress("evaluating", len(files) * sum(map(len, items.values()))) as advance:
-                evaluated = [evaluate_model(build, f, metrics, items, threads, advance) for f in files]
-            with progress("decode and prefill runs", 2 * reps * len(made)) as advance:
-                decode = interleaved_speed(build, [p.made.path for p in made], threads, 0, 128, reps, advance)
-                prefill = interleaved_speed(build, [p.made.path for p in made], threads, 512, 0, reps, advance)
-        except Awq2ggufError as e:
-            raise click.ClickException(str(e)) from e
+        build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
+        out_dir = MODELS_DIR / "prune" / dev_model
+        out_dir.mkdir(parents=True, exist_ok=True)
+        calib = awq_compare.calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / "calibration.txt")
+        args = ["--calib", str(calib), "--calib-samples", str(calib_samples), "--calib-tokens",
+                str(calib_tokens), "--threads", str(threads)]
+        made = make_pruned(build, model_dir, out_dir, args, counts, methods, log)
+        items = {name: load_items(TASKS[name], limit) for name in TASKS}
+        log("FP16 logits, then each file's perplexity, KLD and tasks")
+        base_logits = Path(tmp) / "base.kld"
+        perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)
+        metrics = lambda m: perplexity.against_base(build, m, base_logits, threads)  # noqa: E731
+        files = [f16] + [p.made.path for p in made]
+        with progress("evaluating", len(files) * sum(map(len, items.values()))) as advance:
+            evaluated = [evaluate_model(build, f, metrics, items, threads, advance) for f in files]
+        with progress("decode and prefill runs", 2 * reps * len(made)) as advance:
+            decode = interleaved_speed(build, [p.made.path for p in made], threads, 0, 128, reps, advance)
+            prefill = interleaved_speed(build, [p.made.path for p in made], threads, 512, 0, reps, advance)
     rows = [dict(evaluated[0], method="FP16", n=0, blocks=[], calib_ppl=None)]
     for p, e, d, pf in zip(made, evaluated[1:], decode, prefill):
         rows.append(dict(e, method=p.method, n=p.n, blocks=p.blocks, calib_ppl=p.calib_ppl, make_s=p.made.seconds,

@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
-from ...proc_io import Awq2ggufError
 from .. import roofline as roofline_mod
 from ..cli_shared import JSON, MODEL_OPTIONS, THREADS, check_machine, finish, models_for, progress
 from ..llama_bench import run_llama_bench
@@ -66,17 +65,14 @@ def roofline(threads, model, shape, qtype, build_names, reps, int8_ops_per_cycle
     and each repetition's fraction is taken against the bandwidth measured just before it.
     """
     busy = check_machine(threads)
-    try:
-        builds = [get_build(n) for n in build_names]
-        models = models_for(builds, model, shape, qtype)
-        peak = roofline_mod.int8_peak(threads, int8_ops_per_cycle, ghz)
-        streams = []
-        with progress("roofline runs (STREAM before each decode repetition)", 2 * reps * len(builds)) as advance:
-            tg, _ = run_interleaved(run_llama_bench, builds, models, threads, 0, 128, reps, on_run=advance,
-                                    before_rep=lambda: streams.append(roofline_mod.measure_bandwidth(builds[0], threads)))
-            pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    builds = [get_build(n) for n in build_names]
+    models = models_for(builds, model, shape, qtype)
+    peak = roofline_mod.int8_peak(threads, int8_ops_per_cycle, ghz)
+    streams = []
+    with progress("roofline runs (STREAM before each decode repetition)", 2 * reps * len(builds)) as advance:
+        tg, _ = run_interleaved(run_llama_bench, builds, models, threads, 0, 128, reps, on_run=advance,
+                                before_rep=lambda: streams.append(roofline_mod.measure_bandwidth(builds[0], threads)))
+        pp, _ = run_interleaved(run_llama_bench, builds, models, threads, 512, 0, reps, on_run=advance)
     streams = streams[:len(tg[0].runs)]  # after Ctrl-C, a STREAM run may precede no completed repetition
     read_gbs = [s["read_gbs"] for s in streams]
     bandwidth = {key: statistics.median(s[key] for s in streams) for key in streams[0] if key != "check"}

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
-from ...proc_io import Awq2ggufError
 from .. import serve_load
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
@@ -69,14 +68,11 @@ def serve(threads, model, shape, qtype, build_names, levels, requests_per_client
     """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
     completions through the OpenAI API, builds compared on the same file."""
     busy = check_machine(threads)
-    try:
-        builds = [get_build(n) for n in build_names]
-        model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
-        with progress("serving load levels", reps * len(builds) * len(levels)) as advance:
-            runs = serve_load.run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
-                                              prompt_words, n_gen, on_level=advance)
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
+    builds = [get_build(n) for n in build_names]
+    model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
+    with progress("serving load levels", reps * len(builds) * len(levels)) as advance:
+        runs = serve_load.run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
+                                          prompt_words, n_gen, on_level=advance)
     report = ServeReport(kind="serve", threads=threads, model=str(model), reps=reps, n_gen=n_gen,
                          prompt_words=prompt_words, requests_per_client=requests_per_client, busy_warning=busy,
                          rows=serve_load.summarise(runs, levels), runs=runs)

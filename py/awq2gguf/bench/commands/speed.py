@@ -9,7 +9,6 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
-from ...proc_io import Awq2ggufError
 from .. import plots
 from ..cli_shared import JSON, MODEL_OPTIONS, THREADS, check_machine, err, finish, log, models_for, options, progress
 from ..llama_bench import RUNNERS
@@ -70,8 +69,6 @@ def _speed(kind, threads, model, shape, qtype, build_names, reps, runner, as_jso
         with progress(f"{kind} runs", reps * len(builds)) as advance:
             runs, interrupted = run_interleaved(RUNNERS[runner], builds, models, threads, n_prompt, n_gen, reps,
                                                 on_run=advance)
-    except Awq2ggufError as e:
-        raise click.ClickException(str(e)) from e
     except KeyboardInterrupt:
         err.print("interrupted before one repetition of every build finished: nothing to report")
         sys.exit(130)

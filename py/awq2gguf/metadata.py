@@ -1,4 +1,5 @@
-"""How a GGUF was made, as awq2gguf recorded it in the file's metadata (awq2gguf.* keys)."""
+"""How a GGUF was made, as awq2gguf recorded it in the file's metadata (awq2gguf.* keys, written by
+pipeline.provenance), read back for the chat page and the benches."""
 
 from __future__ import annotations
 
