@@ -8,7 +8,6 @@ check the finished model against plain Q4_0.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from .builds import Build
-from .proc_io import Awq2ggufError, tool_failure
+from .proc_io import Awq2ggufError, stream_tool
 
 
 class CalibrationError(Awq2ggufError):
@@ -175,19 +174,15 @@ def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed:
         raise CalibrationError(f"the prompts take up to {max(len(p) for p in prompts)} tokens: --calib-tokens "
                                f"{n_tokens} leaves less than {MIN_ANSWER} for the answers (or pass --no-prompts)")
     with tempfile.TemporaryDirectory(prefix="awq2gguf-calib-") as tmp:
-        out, log = Path(tmp) / "ids.npy", Path(tmp) / "llama.log"
+        out = Path(tmp) / "ids.npy"
         cmd = [sys.executable, "-m", "awq2gguf.calibration_worker", str(f16_gguf), str(out),
                str(n_samples + n_held_out), str(n_tokens), str(seed), str(threads)]
         if prompts:
             (Path(tmp) / "prompts.json").write_text(json.dumps(prompts))
             cmd.append(str(Path(tmp) / "prompts.json"))
-        with log.open("w") as err, subprocess.Popen(cmd, env=build.env(), stdout=subprocess.PIPE,
-                                                    stderr=err, text=True) as proc:
-            for line in proc.stdout:  # "done total" after each decoding step
-                on_step(*map(int, line.split()))
-        if proc.returncode != 0:
-            raise tool_failure(f"sampling calibration text with {build.name} llama.cpp", proc.returncode,
-                               log.read_text(errors="replace"), CalibrationError)
+        stream_tool(cmd, f"sampling calibration text with {build.name} llama.cpp",
+                    lambda line: on_step(*map(int, line.split())),  # "done total" after each decoding step
+                    build.env(), CalibrationError)
         ids = np.load(out)
     source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(OPENINGS) + len(PROMPTS))}" if prompts else "")
     return Calibration(torch.from_numpy(ids).long(), source, n_held_out)

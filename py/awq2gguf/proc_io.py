@@ -1,15 +1,18 @@
 """What every command shares when it runs a tool or writes a file: the one error base class, the
-click command classes that turn it into a one-line message, a tool run that fails with the tail of
-what the tool said, and outputs that appear only when complete."""
+click command classes that turn it into a one-line message, a tool run (to completion, or line by
+line as it prints) that fails with the tail of what the tool said, and outputs that appear only
+when complete."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import click
 
@@ -64,6 +67,38 @@ def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None,
     if proc.returncode != 0:
         raise tool_failure(what, proc.returncode, proc.stdout + "\n" + proc.stderr, error)
     return proc
+
+
+def stream_tool(cmd: list[str], what: str, on_line: Callable[[str], None], env: dict[str, str] | None = None,
+                error: type[Awq2ggufError] = ToolFailed, timeout: float | None = None) -> None:
+    """Run cmd, handing each line it prints on stdout to on_line as it comes (progress, results);
+    its stderr is kept for the error. If on_line raises (Ctrl-C too) the tool is killed; if the
+    tool fails or runs past `timeout` seconds, raise `error` naming `what` with the tail of stderr."""
+    with tempfile.TemporaryFile("w+", errors="replace") as err, subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace") as proc:
+        expired = threading.Event()
+
+        def expire():
+            expired.set()
+            proc.kill()
+        timer = threading.Timer(timeout, expire) if timeout else None
+        if timer:
+            timer.start()
+        try:
+            for line in proc.stdout:
+                on_line(line)
+        except BaseException:
+            proc.kill()
+            raise
+        finally:
+            if timer:
+                timer.cancel()
+        proc.wait()
+        err.seek(0)
+        if expired.is_set():
+            raise error(f"{what} ran past {timeout:.0f} s and was stopped:\n{_tail(err.read())}")
+        if proc.returncode != 0:
+            raise tool_failure(what, proc.returncode, err.read(), error)
 
 
 @contextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
 import sys
 import tempfile
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from ..proc_io import tool_failure
+from ..proc_io import stream_tool
 from .llama_bench import BenchError
 from .mc_score import choose
 from .tasks import TASKS, Item, Task
@@ -36,19 +35,16 @@ def run_mc_task(build: Build, model: Path, task: Task, items: list[Item], thread
     with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
         json.dump([item.pairs for item in items], f)
         f.flush()
-        proc = subprocess.Popen([sys.executable, "-m", "awq2gguf.bench.mc_score", str(model), f.name, str(threads)],
-                                env=build.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         scored = []
-        try:
-            for line in proc.stdout:
-                scored.append(json.loads(line))
-                on_item()
-        finally:
-            if proc.poll() is None and len(scored) < len(items):
-                proc.kill()
-            _, err = proc.communicate()
-    if proc.returncode != 0 or len(scored) != len(items):
-        raise tool_failure(f"scoring {task.name} with {model.name} on {build.name}", proc.returncode, err, BenchError)
+
+        def take(line: str) -> None:
+            scored.append(json.loads(line))
+            on_item()
+        what = f"scoring {task.name} with {model.name} on {build.name}"
+        stream_tool([sys.executable, "-m", "awq2gguf.bench.mc_score", str(model), f.name, str(threads)], what, take,
+                    build.env(), BenchError)
+    if len(scored) != len(items):
+        raise BenchError(f"{what} gave {len(scored)} scores for {len(items)} items")
     return mc_accuracy(task, scored, [item.gold for item in items])
 
 
