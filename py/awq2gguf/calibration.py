@@ -12,13 +12,13 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 
 from .builds import Build
 from .proc_io import Awq2ggufError, stream_tool
+from .progress import OnProgress, no_progress
 
 
 class CalibrationError(Awq2ggufError):
@@ -166,7 +166,7 @@ def prompt_ids(tokenizer, n: int, n_tokens: int) -> list[list[int]]:
 
 
 def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed: int, threads: int,
-              on_step: Callable[[int, int], None] = lambda done, total: None, n_held_out: int = 0,
+              on_progress: OnProgress = no_progress, n_held_out: int = 0,
               prompts: list[list[int]] | None = None) -> Calibration:
     """n_samples + n_held_out sequences the model samples itself with llama.cpp (see
     calibration_worker), each from BOS or from its prompt (prompts: one per sequence)."""
@@ -181,7 +181,7 @@ def generated(build: Build, f16_gguf: Path, n_samples: int, n_tokens: int, seed:
             (Path(tmp) / "prompts.json").write_text(json.dumps(prompts))
             cmd.append(str(Path(tmp) / "prompts.json"))
         stream_tool(cmd, f"sampling calibration text with {build.name} llama.cpp",
-                    lambda line: on_step(*map(int, line.split())),  # "done total" after each decoding step
+                    lambda line: on_progress(int(line.split()[0])),  # "done total" after each decoding step
                     build.env(), CalibrationError)
         ids = np.load(out)
     source = f"generated:seed={seed}" + (f",prompts={min(len(prompts), len(OPENINGS) + len(PROMPTS))}" if prompts else "")

@@ -18,6 +18,7 @@ import torch
 
 from .checkpoint import first_line
 from .proc_io import Awq2ggufError
+from .progress import OnProgress, no_progress
 from .streamed import StreamedModel
 
 ADAPTER_NAME = "default"
@@ -122,7 +123,7 @@ def _part_state(adapter_sd: dict[str, torch.Tensor], prefix: str) -> dict[str, t
 
 
 def merge(model_dir: Path, adapter: Adapter, out_dir: Path, dtype: torch.dtype = torch.float16,
-          on_part=lambda done, total: None) -> Path:
+          on_progress: OnProgress = no_progress) -> Path:
     """model_dir with adapter merged, written to out_dir as a Hugging Face folder (weights in dtype)."""
     from peft import set_peft_model_state_dict
 
@@ -155,5 +156,5 @@ def merge(model_dir: Path, adapter: Adapter, out_dir: Path, dtype: torch.dtype =
         for p in part.parameters():
             p.data = p.data.to(dtype)
         base.save(part)
-        on_part(i + 1, len(base.parts))
+        on_progress(i + 1)
     return base.write_folder()

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager, Protocol
 
 from . import __version__, calibration, checkpoint, lora, prune, tune, tune_blocks
 from .awq.search import DEFAULT_GRID
@@ -19,6 +17,7 @@ from .builds import get_build
 from .convert import convert_hf_to_gguf
 from .host import available_memory
 from .proc_io import Awq2ggufError
+from .progress import NoProgress, Progress
 from .q4_0 import BLOCK
 from .quantize import quantize
 from .streamed import StreamedModel
@@ -116,24 +115,6 @@ class Summary:
         return self.check_tuned_kld is None or self.check_tuned_kld < self.check_untuned_kld
 
 
-class Progress(Protocol):
-    def stage(self, description: str, total: int | None = None) -> ContextManager[Callable[..., None]]:
-        """A stage of the job; the context yields a callback taking the number of steps done, and
-        optionally a note on the latest (e.g. a loss)."""
-
-    def note(self, text: str) -> None:
-        """A choice the job made, said once."""
-
-
-class NoProgress:
-    @contextmanager
-    def stage(self, description, total=None):
-        yield lambda done, note=None: None
-
-    def note(self, text):
-        pass
-
-
 def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
                adapter: lora.Adapter | None = None) -> dict[str, str]:
     """GGUF metadata (llama-quantize --override-kv) saying how the file was made."""
@@ -219,7 +200,7 @@ def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: 
         with progress.stage(f"sampling {opts.calib_samples} + {opts.calib_held_out} x {opts.calib_tokens} "
                             "calibration tokens", opts.calib_tokens) as done:
             return calibration.generated(get_build(opts.build), source, opts.calib_samples, opts.calib_tokens,
-                                         opts.seed, opts.threads, on_step=lambda d, _total: done(d),
+                                         opts.seed, opts.threads, on_progress=done,
                                          n_held_out=opts.calib_held_out, prompts=prompts)
     finally:
         source.unlink(missing_ok=True)
@@ -249,7 +230,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     n_layers = len(model.model.layers)
     with progress.stage("AWQ search, block by block", n_layers) as done:
         result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate,
-                           on_layer=lambda i: done(i + 1), weights=streamed)
+                           on_progress=done, weights=streamed)
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))
@@ -321,7 +302,7 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
         trained = "the norms and biases"
     with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", steps) as done:
         losses = tune.tune(model, calib.search_ids, teacher, steps, lr, params, opts.tune_loss, opts.seed,
-                           on_step=lambda step, loss: done(step, f"loss {loss:.4f}"))
+                           on_progress=done)
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
     streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
@@ -336,9 +317,7 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
                         n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
-            opts.tune_input == "quantized", opts.seed,
-            on_step=lambda block, step, loss: done(block * steps + step,
-                                                   f"block {block + 1}/{n_layers}, loss {loss:.3g}"))
+            opts.tune_input == "quantized", opts.seed, on_progress=done)
 
 
 def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
@@ -365,14 +344,14 @@ def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
     model, ids, n_layers = streamed.model, calib.search_ids, len(streamed.model.model.layers)
     if opts.drop_list:
         what, passes = f"dropping blocks {', '.join(map(str, opts.drop_list))} of {n_layers}", 1
-        choose = lambda on_step: prune.given(model, ids, list(opts.drop_list), streamed, on_step)  # noqa: E731
+        choose = lambda on_progress: prune.given(model, ids, list(opts.drop_list), streamed, on_progress)  # noqa: E731
     else:
         what = f"choosing {opts.drop_blocks} of {n_layers} blocks to drop ({opts.drop_method})"
         passes = prune.passes(opts.drop_method, opts.drop_blocks)
-        choose = lambda on_step: prune.choose(model, ids, opts.drop_blocks, opts.drop_method, streamed,  # noqa: E731
-                                              on_step)
+        choose = lambda on_progress: prune.choose(model, ids, opts.drop_blocks, opts.drop_method,  # noqa: E731
+                                                  streamed, on_progress)
     with progress.stage(f"{what}: {passes} passes over the blocks", passes * n_layers) as done:
-        dropped = choose(lambda d, _total: done(d))
+        dropped = choose(done)
     streamed.drop_blocks(dropped.blocks)
     return dropped
 
@@ -424,7 +403,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         if adapter is not None:
             with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
                                 len(streamed.parts)) as done:
-                model_dir = lora.merge(model_dir, adapter, work / "merged", on_part=lambda d, _total: done(d))
+                model_dir = lora.merge(model_dir, adapter, work / "merged", on_progress=done)
             streamed = StreamedModel(model_dir, work / "folded", opts.untie_output,
                                      as_q4_0=opts.converter_writes_out)
         tokenizer = checkpoint.load_tokenizer(model_dir)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
@@ -25,6 +24,7 @@ from torch.nn import functional as F
 from .awq.forward import RESIDENT, Weights, first_block_input, output_modules, run
 from .awq.guard import TOKENS_PER_STEP
 from .proc_io import Awq2ggufError
+from .progress import OnProgress, no_progress
 
 METHODS = ("sleb", "shortgpt")
 
@@ -42,7 +42,7 @@ class Dropped:
 
 
 def _final_states(model: nn.Module, x: torch.Tensor, kwargs: dict, skip_sets: list[frozenset[int]],
-                  weights: Weights, on_block: Callable[[int], None]) -> list[torch.Tensor]:
+                  weights: Weights, on_progress: OnProgress) -> list[torch.Tensor]:
     """The last block's output of each variant of the model that skips one of skip_sets."""
     states = {frozenset(): x}  # blocks skipped so far -> the state of the variants that skipped them
     for i, layer in enumerate(model.model.layers):
@@ -57,7 +57,7 @@ def _final_states(model: nn.Module, x: torch.Tensor, kwargs: dict, skip_sets: li
                 following[skipped] = run(layer, h, kwargs)
         weights.release(layer)
         states = following
-        on_block(i + 1)
+        on_progress(i + 1)
     return [states[s] for s in skip_sets]
 
 
@@ -96,23 +96,23 @@ def passes(method: str, n: int) -> int:
 
 
 class _Passes:
-    """Passes over the blocks, each counted in on_step(blocks run, all of them)."""
+    """Passes over the blocks, each block run counted in on_progress."""
 
-    def __init__(self, model, input_ids, weights, n_passes, on_step):
-        self.model, self.input_ids, self.weights, self.on_step = model, input_ids, weights, on_step
-        self.n_layers, self.total, self.done = len(model.model.layers), n_passes * len(model.model.layers), 0
+    def __init__(self, model, input_ids, weights, n_passes, on_progress):
+        self.model, self.input_ids, self.weights, self.on_progress = model, input_ids, weights, on_progress
+        self.n_layers, self.done = len(model.model.layers), 0
         self.x, self.kwargs = first_block_input(model, input_ids, weights)
 
     def perplexities(self, skip_sets: list[frozenset[int]]) -> list[float]:
         finals = _final_states(self.model, self.x, self.kwargs, skip_sets, self.weights,
-                               lambda i: self.on_step(self.done + i, self.total))
+                               lambda i: self.on_progress(self.done + i))
         self.done += self.n_layers
         return _perplexities(self.model, self.input_ids, finals, self.weights)
 
     def influence(self) -> list[float]:
         scores = block_influence(self.model, self.x, self.kwargs, self.weights)
         self.done += self.n_layers
-        self.on_step(self.done, self.total)
+        self.on_progress(self.done)
         return scores
 
 
@@ -128,13 +128,13 @@ def check(n_layers: int, blocks: list[int]) -> None:
 
 @torch.no_grad()
 def choose(model: nn.Module, input_ids: torch.Tensor, n: int, method: str, weights: Weights = RESIDENT,
-           on_step: Callable[[int, int], None] = lambda done, total: None) -> Dropped:
+           on_progress: OnProgress = no_progress) -> Dropped:
     """The n blocks to drop from model by method, chosen on input_ids (samples, tokens); the model
     is not changed."""
     check(len(model.model.layers), list(range(n)))
     if method not in METHODS:
         raise PruneError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
-    runs = _Passes(model, input_ids, weights, passes(method, n), on_step)
+    runs = _Passes(model, input_ids, weights, passes(method, n), on_progress)
     if method == "shortgpt":
         scores = runs.influence()
         return _ranked(runs, method, sorted(range(runs.n_layers), key=scores.__getitem__)[:n])
@@ -153,10 +153,10 @@ def choose(model: nn.Module, input_ids: torch.Tensor, n: int, method: str, weigh
 
 @torch.no_grad()
 def given(model: nn.Module, input_ids: torch.Tensor, blocks: list[int], weights: Weights = RESIDENT,
-          on_step: Callable[[int, int], None] = lambda done, total: None) -> Dropped:
+          on_progress: OnProgress = no_progress) -> Dropped:
     """Dropping these blocks, in this order, with the calibration perplexity after each."""
     check(len(model.model.layers), blocks)
-    return _ranked(_Passes(model, input_ids, weights, 1, on_step), "given", blocks)
+    return _ranked(_Passes(model, input_ids, weights, 1, on_progress), "given", blocks)
 
 
 def _ranked(runs: _Passes, method: str, order: list[int]) -> Dropped:

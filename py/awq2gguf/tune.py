@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 from torch import nn
@@ -27,6 +27,7 @@ from torch.nn import functional as F
 from .awq.apply import output_is_tied
 from .awq.forward import RESIDENT, Weights, model_log_probs
 from .proc_io import Awq2ggufError
+from .progress import OnProgress, no_progress
 from .q4_0 import BLOCK, q4_0_fake_quant
 
 TOP_K = 256  # against 64: KLD to FP 0.1271 -> 0.1254 (SmolLM2-135M), 0.0476 -> 0.0472 (Qwen2.5-Coder-0.5B)
@@ -208,7 +209,7 @@ class ThroughQ4_0:
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
          params: str = "all", loss: str = "kl", seed: int = 0,
-         on_step: Callable[[int, float], None] = lambda step, loss: None) -> list[float]:
+         on_progress: OnProgress = no_progress) -> list[float]:
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
     epochs; returns each step's loss. Afterwards the matrices hold their latent FP32 weights; an
@@ -235,7 +236,7 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
                 total += part.item()
             trainer.step()
             losses.append(total)
-            on_step(step + 1, total)
+            on_progress(step + 1, f"loss {total:.4f}")
     finally:
         trainer.finish()
         model.to("cpu")

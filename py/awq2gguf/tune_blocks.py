@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from .awq.forward import Weights, fake_quantized, first_block_input, run
 from .awq.guard import batch_slice
+from .progress import OnProgress, no_progress
 from .q4_0 import q4_0_fake_quant
 from .tune import ThroughQ4_0, batches, grid_step
 
@@ -101,7 +102,7 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict
 
 def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.Tensor, steps: int, lr: float,
                 folded: Weights, original: Weights, own_input: bool = True, seed: int = 0,
-                on_step: Callable[[int, int, float], None] = lambda block, step, loss: None) -> list[BlockResult]:
+                on_progress: OnProgress = no_progress) -> list[BlockResult]:
     """Tune each decoder block of `model` in turn for `steps` steps of tune.SEQUENCES_PER_STEP
     sequences of input_ids, at a peak learning rate of `lr` Q4_0 grid steps of that block
     (tune.grid_step). Each block's AWQ weights come from `folded`, its FP ones from `original`; a
@@ -110,7 +111,7 @@ def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.T
     train = _Stream.start(model, input_ids, original, folded, own_input)
     held_out = _Stream.start(model, held_out_ids, original, folded, own_input) if len(held_out_ids) else None
     streams = [s for s in (train, held_out) if s is not None]
-    results = []
+    results, n_layers = [], len(model.model.layers)
     for i, layer in enumerate(model.model.layers):
         original.load(layer)
         targets = [_run_rows(layer, s.fp, s.kwargs, False) for s in streams]
@@ -118,7 +119,8 @@ def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.T
         untuned = [p.detach().clone() for p in layer.parameters()]
         before = _error(layer, held_out, targets[1]) if held_out else None
         losses = _train(layer, train.input, targets[0], train.kwargs, steps, lr * grid_step(layer), seed + i,
-                        lambda step, loss: on_step(i, step, loss))
+                        lambda step, loss: on_progress(i * steps + step,
+                                                       f"block {i + 1}/{n_layers}, loss {loss:.3g}"))
         after = _error(layer, held_out, targets[1]) if held_out else None
         result = BlockResult(losses[0], losses[-1], before, after)
         if not result.kept:

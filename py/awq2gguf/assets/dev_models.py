@@ -11,7 +11,7 @@ the converter's Q/K row permutation for Llama; Qwen2 has none).
 - smollm2: SmolLM2-135M-Instruct, Llama architecture, tied embeddings, from a Q4_1 GGUF.
 - qwen-coder: Qwen2.5-Coder-0.5B-Instruct, Qwen2 architecture, untied output, from a
   Q5_0/Q8_0/Q4_K/Q6_K GGUF split over six wheels (PyPI's size limit); most of its tensors lie
-  on a Q5_0 grid, which is what made awq2gguf lose to plain rounding on it (issue 14).
+  on a Q5_0 grid, which is what made awq2gguf lose to plain rounding on it.
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ next-token distribution. Each part gets its weights when its turn comes and save
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from torch import nn
 
+from ..progress import OnProgress, no_progress
 from .compensate import compensate
 from .fold import fold_scales
 from .forward import RESIDENT, Weights, first_block_input, output_modules, run, run_fake_quantized
@@ -114,7 +114,7 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     compensation takes the clipped weights as its target, which shrinks the block's output; the
     shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
     plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
-    cost perplexity there (bench/results/README.md, issue 14)."""
+    cost perplexity there (bench/results/README.md)."""
     stats, y = _input_stats(layer, x, kwargs)
     groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
@@ -219,7 +219,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
 
 @torch.no_grad()
 def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip: bool = True,
-              compensated: bool = True, on_layer: Callable[[int], None] = lambda i: None,
+              compensated: bool = True, on_progress: OnProgress = no_progress,
               objective_samples: int = 4, weights: Weights = RESIDENT) -> AwqResult:
     """Search and fold AWQ scales (clipping, compensated rounding) into `model`, in place, from
     calibration `input_ids` (samples, tokens); each choice is kept only where the block's (or the
@@ -236,7 +236,7 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
         result.block_errors.append(errors)
         x = run_fake_quantized(layer, x, kwargs)
         weights.save(layer)
-        on_layer(i)
+        on_progress(i + 1)
     outputs = output_modules(model)
     weights.load(*outputs)
     groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples)

@@ -2,7 +2,7 @@
 
 Each scaling group's search only sees its own linears' outputs; the next ops, the residual
 stream and the softmax see something else, and on Qwen2.5-Coder-0.5B that made the whole model
-worse than plain Q4_0 although every group's own error went down (issue 14). So each choice is
+worse than plain Q4_0 although every group's own error went down. So each choice is
 checked against plain rounding on what follows it:
 
 - a decoder block: the squared error of the block's output (all its linears quantized) against

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -35,6 +37,11 @@ class Made:
     path: Path
     seconds: float | None = None
     peak_rss: int | None = None
+    stages: tuple[tuple[str, float], ...] = ()  # awq2gguf's: each finished stage and its seconds
+
+
+# awq2gguf's line for each finished stage (cli.RichProgress), as rich prints it to a pipe.
+_STAGE_DONE = re.compile(r"^done (.+) \((\d+(?:\.\d+)?) s\)$")
 
 
 def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path,
@@ -63,10 +70,13 @@ def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Bui
     """Run the awq2gguf command as a user would, timing it and taking its peak RSS (children included)."""
     cli = Path(sys.executable).with_name("awq2gguf")
     start = time.monotonic()
-    proc, peak = run_with_peak_rss([str(cli), str(model_dir), str(out), "--build", build.name, *args])
+    # Wide enough that rich wraps no stage line.
+    proc, peak = run_with_peak_rss([str(cli), str(model_dir), str(out), "--build", build.name, *args],
+                                   env={**os.environ, "COLUMNS": "1000"})
     if proc.returncode != 0:
         raise tool_failure(f"awq2gguf ({label})", proc.returncode, proc.stderr, BenchError)
-    return Made(label, out, time.monotonic() - start, peak)
+    stages = tuple((m[1], float(m[2])) for m in map(_STAGE_DONE.match, proc.stderr.splitlines()) if m)
+    return Made(label, out, time.monotonic() - start, peak, stages)
 
 
 def _ties_output(model_dir: Path) -> bool:

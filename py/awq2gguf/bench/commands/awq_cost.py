@@ -33,16 +33,28 @@ class AwqCostReport(Report):
     peak_disk_mib: float | None = None  # work files and OUT; reports before streaming did not measure it
     tune_steps: int = 0
     tune_mode: str | None = None  # tune.MODES; None: no tuning (and reports before it)
+    stages: list[tuple[str, float]] | None = None  # awq2gguf's stages and their seconds (None: reports before)
 
     def table(self) -> Table:
         tuned = f", --tune-steps {self.tune_steps} --tune-mode {self.tune_mode}" if self.tune_steps else ""
         title = (f"awq2gguf defaults on a random-weight {self.shape} ({self.checkpoint_mib:.0f} MiB checkpoint), "
                  f"{self.threads} thread(s), self-sampled {self.calib_samples} x {self.calib_tokens} tokens{tuned}")
         headers = ["wall time", "peak RSS MiB", "peak disk MiB (work files + output)", "output MiB"]
-        minutes, seconds = divmod(round(self.seconds), 60)
         disk = "-" if self.peak_disk_mib is None else f"{self.peak_disk_mib:.0f}"
-        return Table(title, headers, [[f"{minutes:.0f} min {seconds:02.0f} s", f"{self.peak_rss_mib:.0f}", disk,
-                                       f"{self.out_mib:.1f}"]])
+        row = [_minutes(self.seconds), f"{self.peak_rss_mib:.0f}", disk, f"{self.out_mib:.1f}"]
+        if self.stages:
+            headers.append("largest stages")
+            largest = sorted(self.stages, key=lambda s: -s[1])[:STAGES_SHOWN]
+            row.append("; ".join(f"{name} {_minutes(seconds)}" for name, seconds in largest))
+        return Table(title, headers, [row])
+
+
+STAGES_SHOWN = 4
+
+
+def _minutes(seconds: float) -> str:
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes:.0f} min {seconds:02.0f} s"
 
 
 @click.command("awq-cost")
@@ -75,5 +87,6 @@ def awq_cost(shape, calib_samples, calib_tokens, tune_steps, tune_mode, threads,
     report = AwqCostReport(kind="awq-cost", shape=shape, threads=threads, calib_samples=calib_samples,
                            calib_tokens=calib_tokens, checkpoint_mib=size, out_mib=out_mib, seconds=made.seconds,
                            peak_rss_mib=made.peak_rss / 2**20, peak_disk_mib=disk() / 2**20, busy_warning=busy,
-                           tune_steps=tune_steps, tune_mode=tune_mode if tune_steps else None)
+                           tune_steps=tune_steps, tune_mode=tune_mode if tune_steps else None,
+                           stages=list(made.stages))
     finish(report, as_json)
