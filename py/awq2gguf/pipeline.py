@@ -250,8 +250,11 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             if opts.tune_norms_steps:
                 _tune_norms(streamed, calib, teacher, opts, work, progress, summary)
     if len(held_out):
-        with progress.stage("checking the whole model on the held-out tokens"):
-            summary.check_kld = _check_kld(model, held_out, streamed, work)
+        if summary.check_norms_kld is not None:  # _tune_norms checked the model it kept
+            summary.check_kld = summary.check_norms_kld if summary.norms_kept else summary.check_blocks_kld
+        else:
+            with progress.stage("checking the whole model on the held-out tokens"):
+                summary.check_kld = _check_kld(model, held_out, streamed, work)
         (work / "reference.pt").unlink()
         if summary.tune_mode is not None:
             summary.check_tuned_kld = summary.check_kld
