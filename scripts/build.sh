@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Configure and build one llama.cpp source tree into build/NAME with the toolkit's flags.
-# Usage: scripts/build.sh NAME SOURCE_DIR
-# Both builds use the same flags, so stock vs patched differ only by the patch series.
+# Usage: scripts/build.sh NAME SOURCE_DIR [TARGET...]
+# Both builds use the same flags, so stock vs patched differ only by the patch series. Named
+# targets build only those (e.g. llama-bench on a borrowed machine); by default everything the
+# toolkit runs, and its native programs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=$1 src=$2
+shift 2
 out=build/$name
 jobs=${JOBS:-$(nproc)}
 
 tag=build
 source scripts/cmake-common.sh
 
-targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
-         test-backend-ops test-quantize-fns test-export-graph-ops)
+targets=("$@")
+[ $# -eq 0 ] && targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
+                         test-backend-ops test-quantize-fns test-export-graph-ops)
 
 # AMX stays out of both builds: at the pin, ggml's AMX kernels take the Q4_0 weights on an Intel
 # CPU that has it, and GCC 12 drops the stores that fill their tile configuration, so the first
@@ -24,5 +28,5 @@ native=()
 args=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON "${native[@]}")
 configure_build_dir "$out" "$name" "${args[@]}"
 cmake --build "$out" --config Release -j "$jobs" --target "${targets[@]}"
-build_native "$out" "${args[@]}"
+if [ $# -eq 0 ]; then build_native "$out" "${args[@]}"; fi
 echo "build: $out/bin ready ($name)"
