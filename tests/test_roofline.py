@@ -51,7 +51,7 @@ def test_fractions_on_fixed_numbers(tmp_path, monkeypatch):
 
 
 def test_simd_level_named_in_reports():
-    from awq2gguf.bench.machine import CpuInfo
+    from awq2gguf.host import CpuInfo
 
     zen4 = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "avx512cd"}
     assert CpuInfo("AuthenticAMD", "AMD EPYC", frozenset(zen4), 3.0).simd == "AVX-512 F/BW/VL/VNNI/BF16"
@@ -60,7 +60,7 @@ def test_simd_level_named_in_reports():
 
 
 def test_kernel_isa_is_what_each_native_build_was_compiled_for(builds):
-    from awq2gguf.bench.machine import cpu_info
+    from awq2gguf.host import cpu_info
     from awq2gguf.bench.roofline import kernel_isa
 
     flags = cpu_info().flags

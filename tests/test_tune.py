@@ -294,18 +294,19 @@ def _run_q4_0(layer, x, kwargs):
     return out[0] if isinstance(out, tuple) else out
 
 
-@pytest.mark.parametrize("own_input", [True, False])
-def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, own_input):
+@pytest.mark.parametrize("own_input, bf16", [(True, False), (False, False), (True, True)])
+def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, own_input, bf16):
     """Each block, trained alone through Q4_0 from plain rounding, comes out with a lower output
-    error against the FP model's hidden states on the training text (measured here on a model held
-    whole, from the blocks as saved), with the tuned model's own input or the FP one."""
+    error against the FP model's hidden states on the training text (measured here, in FP32, on a
+    model held whole, from the blocks as saved), with the tuned model's own input or the FP one, and
+    with the training under bf16 autocast."""
     from awq2gguf.awq.forward import first_block_input
     from awq2gguf.streamed import StreamedModel
 
     x = ids(8, 32)
     streamed = StreamedModel(model_dir, tmp_path / "folded")
     results = tune_blocks.tune_blocks(streamed.model, x, ids(0, 32), steps=32, lr=0.05, folded=streamed,
-                                      original=streamed.original(), own_input=own_input)
+                                      original=streamed.original(), own_input=own_input, bf16=bf16)
     assert len(results) == 2 and all(r.kept and r.held_out_tuned is None for r in results)
     fp = f16_rounded_model(model_dir)
     tuned = copy.deepcopy(fp)
@@ -326,7 +327,8 @@ def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, 
         h_fp, h_q = target, _run_q4_0(tuned.model.layers[i], h_q, kwargs)
 
 
-def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_path, monkeypatch):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_path, monkeypatch, precision):
     """awq2gguf --tune-mode blocks: each block's matrices in OUT are gguf.quants' (ggml's) Q4_0 of
     the weights its training left, its norms and biases those weights exactly; the metadata says so."""
     trained = []
@@ -340,13 +342,15 @@ def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_p
     out = tmp_path / "out.gguf"
     result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "6",
                                        "--tune-mode", "blocks", "--tune-lr", "0.5", "--calib-samples", "4",
-                                       "--calib-tokens", "64", "--calib-held-out", "0"])
+                                       "--calib-tokens", "64", "--calib-held-out", "0",
+                                       "--tune-precision", precision])
     assert result.exit_code == 0, result.output
     assert "tuning block by block: --tune-mode blocks" in result.output
     assert "block-wise tuning: kept 2/2 tuned blocks" in result.output
     meta = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
     assert meta["awq2gguf.tune.mode"] == "blocks" and meta["awq2gguf.tune.blocks_kept"] == 2
     assert meta["awq2gguf.tune.input"] == "quantized" and meta["awq2gguf.tune.steps"] == 6
+    assert meta["awq2gguf.tune.precision"] == precision
     assert len(trained) == 2
     tensors = {t.name: t for t in GGUFReader(out).tensors}
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
@@ -358,6 +362,41 @@ def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_p
                 assert np.array_equal(np.asarray(t.data).reshape(want.shape), want), local
             else:
                 assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), local
+
+
+@pytest.mark.parametrize("bf16", [False, True])
+def test_block_wise_training_runs_in_bf16_and_its_checks_in_fp32(model_dir, tmp_path, monkeypatch, bf16):
+    """With bf16 the training steps' matrix products are bf16 (autocast); the held-out checks and the
+    next block's input are always FP32."""
+    from awq2gguf.streamed import StreamedModel
+
+    streamed = StreamedModel(model_dir, tmp_path / "folded")
+    seen = {"train": set(), "check": set()}
+    phase = ["check"]
+
+    def recording(layer, *args, **kwargs):
+        phase[0] = "train"
+        try:
+            return train(layer, *args, **kwargs)
+        finally:
+            phase[0] = "check"
+    train = tune_blocks._train
+    monkeypatch.setattr(tune_blocks, "_train", recording)
+    for layer in streamed.model.model.layers:
+        layer.mlp.down_proj.register_forward_hook(lambda m, i, out: seen[phase[0]].add(out.dtype))
+    tune_blocks.tune_blocks(streamed.model, ids(4, 32), ids(2, 32, seed=2), steps=2, lr=0.05, folded=streamed,
+                            original=streamed.original(), bf16=bf16)
+    assert seen == {"train": {torch.bfloat16 if bf16 else torch.float32}, "check": {torch.float32}}
+
+
+@pytest.mark.parametrize("flags, want", [({"avx512f", "avx512_bf16"}, "bf16"), ({"amx_bf16"}, "bf16"),
+                                         ({"asimd", "bf16"}, "bf16"), ({"avx2", "fma"}, "fp32")])
+def test_auto_precision_is_bf16_where_the_cpu_multiplies_bf16(monkeypatch, flags, want):
+    from awq2gguf.host import CpuInfo
+
+    monkeypatch.setattr(tune_blocks, "cpu_info", lambda: CpuInfo("", "", frozenset(flags), 0.0))
+    assert tune_blocks.resolve_precision("auto") == want
+    assert tune_blocks.resolve_precision("fp32") == "fp32" and tune_blocks.resolve_precision("bf16") == "bf16"
 
 
 def test_block_wise_blocks_that_lose_the_held_out_check_are_not_kept(model_dir, calib_text, tmp_path, monkeypatch):
@@ -450,10 +489,12 @@ def test_norms_that_lose_the_held_out_check_leave_the_block_wise_model(model_dir
 
 
 @pytest.mark.parametrize("args, message", [
+    (["--tune-steps", "2", "--tune-mode", "model", "--tune-precision", "bf16"], "whole-model tuning (--tune-mode model) "
+                                                                                "runs in FP32"),
     (["--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise tuning"),
     (["--tune-steps", "2", "--tune-mode", "model", "--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise"),
 ])
-def test_norms_end_to_end_without_block_wise_tuning_is_refused(model_dir, calib_text, tmp_path, args, message):
+def test_tuning_options_that_do_not_apply_are_refused(model_dir, calib_text, tmp_path, args, message):
     result = CliRunner().invoke(main, [str(model_dir), str(tmp_path / "out.gguf"), "--calib", str(calib_text), *args])
     assert result.exit_code != 0 and message in result.output
     assert list(tmp_path.iterdir()) == []

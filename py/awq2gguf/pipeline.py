@@ -53,6 +53,7 @@ class Options:
     tune_loss: str = "kl"
     tune_mode: str = "auto"  # tune.MODES
     tune_input: str = "quantized"  # block-wise tuning's input (tune_blocks.INPUTS)
+    tune_precision: str = "auto"  # block-wise tuning's training arithmetic (tune_blocks.PRECISIONS)
     tune_norms_steps: int = 0  # after block-wise tuning: the whole model's norms and biases, end to end
     calib_samples: int = 16
     calib_tokens: int = 256
@@ -99,6 +100,7 @@ class Summary:
     tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
     tune_lr: float | None = None  # whole-model: the peak learning rate in weight units (tune_lr_grid grid steps)
     tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block, in order
+    tune_precision: str | None = None  # block-wise: "fp32" or "bf16" (opts.tune_precision resolved)
     norms_losses: list[float] = field(default_factory=list)  # then the norms end to end: each step's loss
     norms_lr: float | None = None  # ... their peak learning rate in weight units
     check_blocks_kld: float | None = None  # held-out KLD to FP after block-wise tuning
@@ -154,6 +156,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
     if summary.tuned_blocks:
         tuned |= {
             "awq2gguf.tune.input": f"str:{opts.tune_input}",
+            "awq2gguf.tune.precision": f"str:{summary.tune_precision}",
             "awq2gguf.tune.blocks_kept": f"int:{sum(b.kept for b in summary.tuned_blocks)}",
         }
     if summary.norms_losses:
@@ -316,11 +319,12 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
                  summary: Summary) -> None:
     """Tune the folded model one decoder block at a time, saving each block that beat its untuned self."""
     n_layers, steps = len(streamed.model.model.layers), opts.tune_steps
-    with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input})",
-                        n_layers * steps) as done:
+    summary.tune_precision = tune_blocks.resolve_precision(opts.tune_precision)
+    with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input}, "
+                        f"{summary.tune_precision})", n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
-            opts.tune_input == "quantized", opts.seed, on_progress=done)
+            opts.tune_input == "quantized", opts.seed, summary.tune_precision == "bf16", on_progress=done)
 
 
 def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,

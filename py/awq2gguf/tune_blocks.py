@@ -8,7 +8,9 @@ they are, and the loss is the mean squared error of the block's output against t
 hidden state after that block. The block's input is the tuned model's own (INPUTS "quantized": each
 block then corrects what the blocks before it left) or the FP model's ("fp": each block learns to
 reproduce its FP self). Peak memory is one block with its latents, its untuned copy and the optimizer
-state, plus three streams of hidden states for the calibration tokens.
+state, plus three streams of hidden states for the calibration tokens. The training forward and
+backward may run under bf16 autocast (PRECISIONS), about twice as fast where the CPU has bf16
+matrix instructions; the quantization, the optimizer and the held-out checks stay FP32.
 
 A tuned block is kept only where its output error on the held-out calibration samples is lower than
 the untuned block's; the pipeline then checks the whole model.
@@ -26,11 +28,13 @@ from torch.nn import functional as F
 
 from .awq.forward import Weights, fake_quantized, first_block_input, run
 from .awq.guard import batch_slice
+from .host import cpu_info
 from .progress import OnProgress, no_progress
 from .q4_0 import q4_0_fake_quant
 from .tune import ThroughQ4_0, batches, grid_step
 
 INPUTS = ("quantized", "fp")
+PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 where the CPU multiplies bf16 in hardware (host.CpuInfo)
 LR = 0.02  # peak learning rate in Q4_0 grid steps of each block (tune.grid_step)
 ROWS_PER_RUN = 16  # sequences per no-grad forward: a 7B block's MLP holds rows x tokens x 18944 floats
 
@@ -79,10 +83,18 @@ def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
     return F.mse_loss(_run_rows(layer, stream.input, stream.kwargs, True), target).item()
 
 
+def resolve_precision(precision: str) -> str:
+    """PRECISIONS' choice for this machine: "fp32" or "bf16"."""
+    if precision == "auto":
+        return "bf16" if cpu_info().fast_bf16 else "fp32"
+    return precision
+
+
 def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict, steps: int, lr: float, seed: int,
-           on_step: Callable[[int, float], None]) -> list[float]:
+           bf16: bool, on_step: Callable[[int, float], None]) -> list[float]:
     """Train layer's matrices through Q4_0 (and its norms and biases) for `steps` steps so that its
-    output on x approaches target; afterwards its matrices hold their latent FP32 weights."""
+    output on x approaches target (with bf16, the forward and backward under bf16 autocast);
+    afterwards its matrices hold their latent FP32 weights."""
     quantized = [m.weight for m in layer.modules() if isinstance(m, nn.Linear)]
     exact = [p for p in layer.parameters() if p.dim() == 1]
     trainer = ThroughQ4_0(quantized, exact, lr, steps)
@@ -90,7 +102,9 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict
     try:
         for step, rows in enumerate(batches(len(x), steps, seed)):
             trainer.quantize()
-            loss = F.mse_loss(run(layer, x[rows], batch_slice(kwargs, len(x), len(rows))), target[rows])
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                out = run(layer, x[rows], batch_slice(kwargs, len(x), len(rows)))
+            loss = F.mse_loss(out.float(), target[rows])
             loss.backward()
             trainer.step()
             losses.append(loss.item())
@@ -101,13 +115,14 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict
 
 
 def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.Tensor, steps: int, lr: float,
-                folded: Weights, original: Weights, own_input: bool = True, seed: int = 0,
+                folded: Weights, original: Weights, own_input: bool = True, seed: int = 0, bf16: bool = False,
                 on_progress: OnProgress = no_progress) -> list[BlockResult]:
     """Tune each decoder block of `model` in turn for `steps` steps of tune.SEQUENCES_PER_STEP
     sequences of input_ids, at a peak learning rate of `lr` Q4_0 grid steps of that block
     (tune.grid_step). Each block's AWQ weights come from `folded`, its FP ones from `original`; a
     block is saved to `folded` only if it beats its untuned self on held_out_ids (always, without
-    held-out samples). With own_input the block's input is the tuned model's, else the FP model's."""
+    held-out samples). With own_input the block's input is the tuned model's, else the FP model's;
+    with bf16 the training steps run under bf16 autocast."""
     train = _Stream.start(model, input_ids, original, folded, own_input)
     held_out = _Stream.start(model, held_out_ids, original, folded, own_input) if len(held_out_ids) else None
     streams = [s for s in (train, held_out) if s is not None]
@@ -119,7 +134,7 @@ def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.T
         untuned = [p.detach().clone() for p in layer.parameters()]
         before = _error(layer, held_out, targets[1]) if held_out else None
         losses = _train(layer, train.input, targets[0], train.kwargs, steps, lr * grid_step(layer), seed + i,
-                        lambda step, loss: on_progress(i * steps + step,
+                        bf16, lambda step, loss: on_progress(i * steps + step,
                                                        f"block {i + 1}/{n_layers}, loss {loss:.3g}"))
         after = _error(layer, held_out, targets[1]) if held_out else None
         result = BlockResult(losses[0], losses[-1], before, after)

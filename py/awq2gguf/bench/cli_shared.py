@@ -15,10 +15,11 @@ from ..assets.dev_models import DEV_MODEL_NAMES
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BUILD_NAMES
 from .. import cli_options
+from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
 from ..pipeline import Options
 from . import results, tables
-from .machine import busy_warning, cpu_info, threads_warning
+from .machine import busy_warning, threads_warning
 from .models import quantized_by, synthetic_f16
 from .reports import Report
 

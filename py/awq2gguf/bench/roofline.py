@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..host import physical_cores
+from ..host import cpu_info, physical_cores
 from ..proc_io import run_tool
 from .gguf_tensors import TensorInfo, read_tensor_infos
-from .machine import cpu_info
 
 
 def measure_bandwidth(build: Build, threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
