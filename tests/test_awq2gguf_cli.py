@@ -2,6 +2,11 @@
 
 import json
 import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,6 +161,26 @@ def test_bad_model_folder_gets_one_line_and_no_output(tiny_hf, calib_text, tmp_p
     result = run(model_dir, out, "--calib", calib_text, *FAST)
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+def test_sigterm_mid_job_leaves_nothing_behind(tiny_hf, calib_text, tmp_path):
+    """A job stopped by SIGTERM (a service manager's stop, `kill`) once its work folder exists exits
+    143 and leaves neither that folder nor OUT."""
+    out = tmp_path / "out.gguf"
+    cli = Path(sys.executable).with_name("awq2gguf")
+    job = subprocess.Popen([str(cli), str(tiny_hf("Qwen2ForCausalLM", "tiny-tied")), str(out), "--calib",
+                            str(calib_text), *FAST], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not leftovers(tmp_path) and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert leftovers(tmp_path), "the job ended before its work folder appeared"
+        job.send_signal(signal.SIGTERM)
+        output, _ = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 143, output
     assert not out.exists() and leftovers(tmp_path) == []
 
 

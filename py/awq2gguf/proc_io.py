@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -26,15 +27,25 @@ class Awq2ggufError(Exception):
     it without a traceback and exit 1."""
 
 
+def _terminated(signum: int, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
 class _UserErrors:
     """Awq2ggufError raised while the command runs ends it with its message (click's "Error: ...",
-    exit 1), without a traceback."""
+    exit 1), without a traceback. SIGTERM ends it as Ctrl-C does, through every `finally` (so no work
+    folder or half-written file stays behind), with exit status 143."""
 
     def invoke(self, ctx: click.Context):
+        in_main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _terminated) if in_main_thread else None
         try:
             return super().invoke(ctx)
         except Awq2ggufError as e:
             raise click.ClickException(str(e)) from None
+        finally:
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 class Command(_UserErrors, click.Command):

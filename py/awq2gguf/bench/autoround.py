@@ -16,11 +16,10 @@ import time
 from pathlib import Path
 
 from ..builds import Build
-from ..calibration import from_text
-from ..checkpoint import load_tokenizer
 from ..convert import vendored_gguf_env
 from ..proc_io import atomic_path, tool_failure
 from ..quantize import quantize
+from .eval_text import calibration_windows
 from .gguf_tensors import read_tensor_infos
 from .llama_bench import BenchError
 from .peak_rss import run_with_peak_rss
@@ -39,12 +38,10 @@ def available() -> bool:
 
 
 def calibration_jsonl(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path) -> Path:
-    """n_samples windows of the second half of eval_text (where `bench awq`'s calibration file comes
-    from), one {"text": ...} line each, as AutoRound reads a local dataset."""
-    tokenizer = load_tokenizer(model_dir)
-    text = eval_text.read_text()
-    calib = from_text(tokenizer, text[len(text) // 2:], n_samples, n_tokens + SPARE_TOKENS, str(eval_text))
-    out.write_text("".join(json.dumps({"text": tokenizer.decode(row)}) + "\n" for row in calib.input_ids))
+    """n_samples windows of the text `bench awq`'s calibration file comes from, one {"text": ...}
+    line each, as AutoRound reads a local dataset."""
+    windows = calibration_windows(model_dir, eval_text, n_samples, n_tokens + SPARE_TOKENS)
+    out.write_text("".join(json.dumps({"text": w}) + "\n" for w in windows))
     return out
 
 

@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..calibration import from_text
-from ..checkpoint import load_tokenizer
 from ..pipeline import Options
 from ..proc_io import tool_failure
 from ..quantize import quantize
 from . import autoround
+from .eval_text import calibration_windows
 from .llama_bench import BenchError
 from .peak_rss import run_with_peak_rss
 
@@ -47,11 +46,8 @@ _STAGE_DONE = re.compile(r"^done (.+) \((\d+(?:\.\d+)?) s\)$")
 def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path,
                      n_held_out: int = Options.calib_held_out) -> Path:
     """n_samples + n_held_out (awq2gguf's final check) + 1 windows (one spare: re-tokenizing
-    decoded text can lose a token or two) from the second half of eval_text, decoded into one file."""
-    tokenizer = load_tokenizer(model_dir)
-    text = eval_text.read_text()
-    calib = from_text(tokenizer, text[len(text) // 2:], n_samples + n_held_out + 1, n_tokens, str(eval_text))
-    out.write_text("".join(tokenizer.decode(row) for row in calib.input_ids))
+    decoded text can lose a token or two) of eval_text's learning half, decoded into one file."""
+    out.write_text("".join(calibration_windows(model_dir, eval_text, n_samples + n_held_out + 1, n_tokens)))
     return out
 
 

@@ -16,14 +16,15 @@ import torch
 
 from ..checkpoint import load_tokenizer
 from ..proc_io import atomic_path
+from .eval_text import learning_half
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def training_lines(text: str, n_lines: int) -> list[str]:
-    """The first n_lines paragraphs of the second half of text (headings and the paragraph the
-    middle cuts left out)."""
-    lines = [l.strip() for l in text[len(text) // 2:].split("\n")[1:]]
+    """The first n_lines paragraphs of text's learning half (headings and the paragraph the middle
+    cuts left out)."""
+    lines = [l.strip() for l in learning_half(text).split("\n")[1:]]
     return [l for l in lines if l and not l.startswith("=")][:n_lines]
 
 
