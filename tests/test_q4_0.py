@@ -20,6 +20,8 @@ def weights_with_tails(seed: int, rows: int, cols: int) -> np.ndarray:
     w[0, :32] = 0                        # an all-zero block: d = 0
     w[1, :32] = 1.5                      # ties in magnitude: the first one sets the sign of d
     w[1, 5] = -1.5
+    w[3, :32] = -1.5                     # ... the first of opposite signs, this time negative
+    w[3, 9] = 1.5
     w[2, -32:] = rng.standard_normal(32).astype(np.float32) * 1e-30  # tiny values, FP16 d underflows
     return w
 

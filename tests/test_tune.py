@@ -343,14 +343,14 @@ def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_p
     result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "6",
                                        "--tune-mode", "blocks", "--tune-lr", "0.5", "--calib-samples", "4",
                                        "--calib-tokens", "64", "--calib-held-out", "0",
-                                       "--tune-precision", precision])
+                                       "--precision", precision])
     assert result.exit_code == 0, result.output
     assert "tuning block by block: --tune-mode blocks" in result.output
     assert "block-wise tuning: kept 2/2 tuned blocks" in result.output
     meta = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
     assert meta["awq2gguf.tune.mode"] == "blocks" and meta["awq2gguf.tune.blocks_kept"] == 2
     assert meta["awq2gguf.tune.input"] == "quantized" and meta["awq2gguf.tune.steps"] == 6
-    assert meta["awq2gguf.tune.precision"] == precision
+    assert meta["awq2gguf.precision"] == precision
     assert len(trained) == 2
     tensors = {t.name: t for t in GGUFReader(out).tensors}
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
@@ -392,11 +392,11 @@ def test_block_wise_training_runs_in_bf16_and_its_checks_in_fp32(model_dir, tmp_
 @pytest.mark.parametrize("flags, want", [({"avx512f", "avx512_bf16"}, "bf16"), ({"amx_bf16"}, "bf16"),
                                          ({"asimd", "bf16"}, "bf16"), ({"avx2", "fma"}, "fp32")])
 def test_auto_precision_is_bf16_where_the_cpu_multiplies_bf16(monkeypatch, flags, want):
-    from awq2gguf.host import CpuInfo
+    from awq2gguf import host
 
-    monkeypatch.setattr(tune_blocks, "cpu_info", lambda: CpuInfo("", "", frozenset(flags), 0.0))
-    assert tune_blocks.resolve_precision("auto") == want
-    assert tune_blocks.resolve_precision("fp32") == "fp32" and tune_blocks.resolve_precision("bf16") == "bf16"
+    monkeypatch.setattr(host, "cpu_info", lambda: host.CpuInfo("", "", frozenset(flags), 0.0))
+    assert host.resolve_precision("auto") == want
+    assert host.resolve_precision("fp32") == "fp32" and host.resolve_precision("bf16") == "bf16"
 
 
 def test_block_wise_blocks_that_lose_the_held_out_check_are_not_kept(model_dir, calib_text, tmp_path, monkeypatch):
@@ -489,8 +489,6 @@ def test_norms_that_lose_the_held_out_check_leave_the_block_wise_model(model_dir
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--tune-steps", "2", "--tune-mode", "model", "--tune-precision", "bf16"], "whole-model tuning (--tune-mode model) "
-                                                                                "runs in FP32"),
     (["--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise tuning"),
     (["--tune-steps", "2", "--tune-mode", "model", "--tune-norms-steps", "2"], "--tune-norms-steps follows block-wise"),
 ])

@@ -15,6 +15,7 @@ from .awq.layout import SUPPORTED_ARCHITECTURES
 from .awq.search import DEFAULT_GRID
 from .cli_options import THREADS, comma_ints
 from .builds import BUILD_NAMES
+from .host import PRECISIONS
 from .pipeline import ENGINES, QTYPES, Options, run
 from .proc_io import Command
 
@@ -104,10 +105,6 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 @click.option("--tune-input", type=click.Choice(tune_blocks.INPUTS), default="quantized", show_default=True,
               help="Block-wise tuning: each block's input is the tuned model's own (it corrects what the blocks "
                    "before it left) or the FP model's.")
-@click.option("--tune-precision", type=click.Choice(tune_blocks.PRECISIONS), default="auto", show_default=True,
-              help="Block-wise tuning's training arithmetic: bf16 autocast (about twice as fast on CPUs with bf16 "
-                   "matrix instructions: AVX-512 BF16, AMX, Arm BF16) or FP32; auto: bf16 where the CPU has them. "
-                   "The Q4_0 grid, the optimizer and the held-out checks stay FP32.")
 @click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True),
               show_default=f"{tune.LR:g} whole-model, {tune_blocks.LR:g} block-wise",
               help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
@@ -156,10 +153,17 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
               help="Whose llama.cpp samples calibration text, and whose llama-quantize makes OUT (stock: its own "
                    "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
 @THREADS
+@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
+              help="The big matrix products' arithmetic (AWQ's search, compensated rounding and block checks; "
+                   "block-wise tuning's training steps): bf16 (about twice as fast on CPUs with bf16 matrix "
+                   "instructions: AVX-512 BF16, AMX, Arm BF16) or FP32; auto: bf16 where the CPU has them. The "
+                   "Q4_0 grid, the factorisations, the optimizer, the held-out checks and whole-model tuning "
+                   "stay FP32.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
 def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, tune_steps,
-         tune_mode, tune_input, tune_precision, tune_lr, tune_params, tune_loss, tune_norms_steps, calib_samples,
-         calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, seed):
+         tune_mode, tune_input, tune_lr, tune_params, tune_loss, tune_norms_steps, calib_samples,
+         calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, precision,
+         seed):
     import torch
     from transformers.utils import logging as hf_logging
 
@@ -167,12 +171,12 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
     opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
                    drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_mode=tune_mode,
-                   tune_input=tune_input, tune_precision=tune_precision, tune_lr=tune_lr,
+                   tune_input=tune_input, tune_lr=tune_lr,
                    tune_params=tune_params, tune_loss=tune_loss, tune_norms_steps=tune_norms_steps,
                    calib_samples=calib_samples,
                    calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
                    compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
-                   threads=threads, seed=seed)
+                   threads=threads, precision=precision, seed=seed)
     if drop_blocks and drop_list:
         raise click.UsageError("--drop-blocks and --drop-block-list: give one of them")
     if opts.drops_blocks and engine == "autoawq":
@@ -183,9 +187,6 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
     if tune_mode == "blocks" and tune_params == "norms":
         raise click.UsageError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto "
                                "(after block-wise tuning: --tune-norms-steps)")
-    if tune_precision != "auto" and tune_mode == "model":
-        raise click.UsageError("--tune-precision sets block-wise tuning's arithmetic: whole-model tuning (--tune-mode "
-                               "model) runs in FP32")
     if tune_norms_steps and (not tune_steps or tune_mode == "model"):
         raise click.UsageError("--tune-norms-steps follows block-wise tuning: it needs --tune-steps and --tune-mode "
                                "blocks or auto")

@@ -50,6 +50,18 @@ class CpuInfo:
         return f"{self.model or self.vendor or 'unknown CPU'}, {physical_cores()} cores, {self.simd}"
 
 
+# The arithmetic of a job's big matrix products (AWQ's search, compensated rounding and block
+# checks; block-wise tuning's training steps). auto: bf16 where the CPU multiplies bf16 in hardware.
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def resolve_precision(precision: str) -> str:
+    """PRECISIONS' choice for this machine: "fp32" or "bf16"."""
+    if precision == "auto":
+        return "bf16" if cpu_info().fast_bf16 else "fp32"
+    return precision
+
+
 def cpu_info() -> CpuInfo:
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
     fields: dict[str, str] = {}

@@ -15,7 +15,7 @@ from . import __version__, calibration, checkpoint, lora, prune, tune, tune_bloc
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
-from .host import available_memory
+from .host import available_memory, resolve_precision
 from .proc_io import Awq2ggufError
 from .progress import NoProgress, Progress
 from .q4_0 import BLOCK
@@ -53,7 +53,6 @@ class Options:
     tune_loss: str = "kl"
     tune_mode: str = "auto"  # tune.MODES
     tune_input: str = "quantized"  # block-wise tuning's input (tune_blocks.INPUTS)
-    tune_precision: str = "auto"  # block-wise tuning's training arithmetic (tune_blocks.PRECISIONS)
     tune_norms_steps: int = 0  # after block-wise tuning: the whole model's norms and biases, end to end
     calib_samples: int = 16
     calib_tokens: int = 256
@@ -66,6 +65,7 @@ class Options:
     engine: str = "awq2gguf"
     build: str = "patched"
     threads: int = 2
+    precision: str = "auto"  # the big matrix products' arithmetic (host.PRECISIONS)
     seed: int = 0
 
     @property
@@ -83,6 +83,7 @@ class Options:
 class Summary:
     out: Path
     calibration: str = ""
+    precision: str = ""  # "fp32" or "bf16" (opts.precision resolved)
     mean_alpha: float | None = None  # over the groups kept
     groups_kept: tuple[int, int] | None = None  # (kept, searched) scaling groups
     clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
@@ -100,7 +101,6 @@ class Summary:
     tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
     tune_lr: float | None = None  # whole-model: the peak learning rate in weight units (tune_lr_grid grid steps)
     tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block, in order
-    tune_precision: str | None = None  # block-wise: "fp32" or "bf16" (opts.tune_precision resolved)
     norms_losses: list[float] = field(default_factory=list)  # then the norms end to end: each step's loss
     norms_lr: float | None = None  # ... their peak learning rate in weight units
     check_blocks_kld: float | None = None  # held-out KLD to FP after block-wise tuning
@@ -156,7 +156,6 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
     if summary.tuned_blocks:
         tuned |= {
             "awq2gguf.tune.input": f"str:{opts.tune_input}",
-            "awq2gguf.tune.precision": f"str:{summary.tune_precision}",
             "awq2gguf.tune.blocks_kept": f"int:{sum(b.kept for b in summary.tuned_blocks)}",
         }
     if summary.norms_losses:
@@ -182,6 +181,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         "awq2gguf.clip": f"bool:{str(opts.clip).lower()}",
         "awq2gguf.compensate": f"bool:{str(opts.compensate).lower()}",
         "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
+        **({"awq2gguf.precision": f"str:{summary.precision}"} if summary.precision else {}),
         **check,
         **merged,
         **dropped,
@@ -220,6 +220,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     from .awq.guard import kl_divergence
 
     model, held_out, saved = streamed.model, calib.held_out_ids, work / "reference.pt"
+    summary.precision = resolve_precision(opts.precision)
     if len(held_out):
         with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
             if saved.exists():  # the unpruned model's, saved by run() before dropping blocks
@@ -231,9 +232,9 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
             summary.check_plain_kld = kl_divergence(reference, plain)
             del reference, plain
     n_layers = len(model.model.layers)
-    with progress.stage("AWQ search, block by block", n_layers) as done:
-        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate,
-                           on_progress=done, weights=streamed)
+    with progress.stage(f"AWQ search, block by block ({summary.precision} products)", n_layers) as done:
+        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate, on_progress=done,
+                           weights=streamed, products=torch.bfloat16 if summary.precision == "bf16" else torch.float32)
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))
@@ -319,12 +320,11 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
                  summary: Summary) -> None:
     """Tune the folded model one decoder block at a time, saving each block that beat its untuned self."""
     n_layers, steps = len(streamed.model.model.layers), opts.tune_steps
-    summary.tune_precision = tune_blocks.resolve_precision(opts.tune_precision)
     with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input}, "
-                        f"{summary.tune_precision})", n_layers * steps) as done:
+                        f"{summary.precision})", n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
-            opts.tune_input == "quantized", opts.seed, summary.tune_precision == "bf16", on_progress=done)
+            opts.tune_input == "quantized", opts.seed, summary.precision == "bf16", on_progress=done)
 
 
 def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,

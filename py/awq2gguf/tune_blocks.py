@@ -9,7 +9,7 @@ hidden state after that block. The block's input is the tuned model's own (INPUT
 block then corrects what the blocks before it left) or the FP model's ("fp": each block learns to
 reproduce its FP self). Peak memory is one block with its latents, its untuned copy and the optimizer
 state, plus three streams of hidden states for the calibration tokens. The training forward and
-backward may run under bf16 autocast (PRECISIONS), about twice as fast where the CPU has bf16
+backward may run under bf16 autocast (host.PRECISIONS), about twice as fast where the CPU has bf16
 matrix instructions; the quantization, the optimizer and the held-out checks stay FP32.
 
 A tuned block is kept only where its output error on the held-out calibration samples is lower than
@@ -28,13 +28,11 @@ from torch.nn import functional as F
 
 from .awq.forward import Weights, fake_quantized, first_block_input, run
 from .awq.guard import batch_slice
-from .host import cpu_info
 from .progress import OnProgress, no_progress
 from .q4_0 import q4_0_fake_quant
 from .tune import ThroughQ4_0, batches, grid_step
 
 INPUTS = ("quantized", "fp")
-PRECISIONS = ("auto", "fp32", "bf16")  # auto: bf16 where the CPU multiplies bf16 in hardware (host.CpuInfo)
 LR = 0.02  # peak learning rate in Q4_0 grid steps of each block (tune.grid_step)
 ROWS_PER_RUN = 16  # sequences per no-grad forward: a 7B block's MLP holds rows x tokens x 18944 floats
 
@@ -81,13 +79,6 @@ def _run_rows(layer: nn.Module, x: torch.Tensor, kwargs: dict, quantized: bool) 
 def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
     """Mean squared error of the Q4_0 block's output on the stream's input against target."""
     return F.mse_loss(_run_rows(layer, stream.input, stream.kwargs, True), target).item()
-
-
-def resolve_precision(precision: str) -> str:
-    """PRECISIONS' choice for this machine: "fp32" or "bf16"."""
-    if precision == "auto":
-        return "bf16" if cpu_info().fast_bf16 else "fp32"
-    return precision
 
 
 def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict, steps: int, lr: float, seed: int,

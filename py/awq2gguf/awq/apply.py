@@ -23,7 +23,7 @@ from torch import nn
 from ..progress import OnProgress, no_progress
 from .compensate import compensate
 from .fold import fold_scales
-from .forward import RESIDENT, Weights, first_block_input, output_modules, run, run_fake_quantized
+from .forward import RESIDENT, Weights, first_block_input, output_modules, products_in, run, run_fake_quantized
 from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
 from .guard import batch_slice, kl_divergence, log_prob_steps, log_probs
 from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_scales
@@ -47,18 +47,21 @@ class AwqResult:
     block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
-def _input_stats(layer: nn.Module, x: torch.Tensor,
-                 kwargs: dict) -> tuple[dict[nn.Linear, InputStats], torch.Tensor]:
-    """Statistics of the input of every linear, from one FP forward of the layer, and its output."""
+def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict,
+                 products: torch.dtype) -> tuple[dict[nn.Linear, InputStats], torch.Tensor]:
+    """Statistics of the input of every linear, from one FP forward of the layer (its products in
+    `products`), and its output."""
     stats = {}
     sites = input_sites(layer)
 
     def hook(module, args, _out):
-        stats[module] = InputStats.of(args[0])
+        with torch.autocast("cpu", enabled=False):  # the statistics' own arithmetic is their business
+            stats[module] = InputStats.of(args[0], products)
 
     hooks = [site.register_forward_hook(hook) for site in sites]
     try:
-        y = run(layer, x, kwargs)
+        with products_in(products):
+            y = run(layer, x, kwargs).float()
     finally:
         for h in hooks:
             h.remove()
@@ -71,8 +74,9 @@ class _Block:
     linears quantized, on the first samples of the calibration batch (y: the FP layer's output
     for the batch)."""
 
-    def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: dict, n_objective: int):
-        self.layer = layer
+    def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: dict, n_objective: int,
+                 products: torch.dtype):
+        self.layer, self.products = layer, products
         n = min(n_objective, x.shape[0])
         self.x, self.y_ref, self.kwargs = x[:n], y[:n], batch_slice(kwargs, x.shape[0], n)
         self.original = [p.detach().clone() for p in layer.parameters()]
@@ -92,7 +96,7 @@ class _Block:
             linear.weight.data.copy_(w)
 
     def error(self) -> float:
-        return (run_fake_quantized(self.layer, self.x, self.kwargs) - self.y_ref).pow(2).mean().item()
+        return (run_fake_quantized(self.layer, self.x, self.kwargs, self.products) - self.y_ref).pow(2).mean().item()
 
 
 def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[nn.Linear, torch.Tensor]:
@@ -106,7 +110,7 @@ def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[n
 
 
 def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, compensated: bool, i: int,
-                  n_objective: int) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
+                  n_objective: int, products: torch.dtype) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
     """Search every group's scales on the FP inputs (as AutoAWQ does), then keep only what lowers
     the block's real output error: drop groups one at a time while that helps, then compensate the
     rounding if that helps, else clip if that helps. Plain rounding is the starting point's rival,
@@ -115,10 +119,10 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
     plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
     cost perplexity there (bench/results/README.md)."""
-    stats, y = _input_stats(layer, x, kwargs)
+    stats, y = _input_stats(layer, x, kwargs, products)
     groups = scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
-    block = _Block(layer, x, y, kwargs, n_objective)
+    block = _Block(layer, x, y, kwargs, n_objective, products)
     block.configure(groups, [None] * len(groups))
     plain = block.error()
     kept = [c.alpha > 0 for c in choices]
@@ -163,7 +167,7 @@ def output_is_tied(model: nn.Module) -> bool:
 
 
 def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensated: bool,
-                   n_objective: int) -> tuple[list[GroupResult], bool, bool]:
+                   n_objective: int, products: torch.dtype) -> tuple[list[GroupResult], bool, bool]:
     """The output matrix: scales through the final norm, and compensated rounding (untied only:
     either would change the embeddings' rows too), and clipping, each kept only if it lowers the
     KL divergence of the next-token distribution (FP head on the same hidden states) on the
@@ -176,7 +180,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     h_obj = h[:n_objective]
     ref = log_probs(h_obj, norm, head, quantize_head=False)
     score = lambda clip=None: kl_divergence(ref, log_prob_steps(h_obj, norm, head, True, clip))
-    stats = InputStats.of(norm(h))
+    stats = InputStats.of(norm(h), products)
     best = score()
     results = []
     if not tied:
@@ -220,7 +224,8 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
 @torch.no_grad()
 def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip: bool = True,
               compensated: bool = True, on_progress: OnProgress = no_progress,
-              objective_samples: int = 4, weights: Weights = RESIDENT) -> AwqResult:
+              objective_samples: int = 4, weights: Weights = RESIDENT,
+              products: torch.dtype = torch.float32) -> AwqResult:
     """Search and fold AWQ scales (clipping, compensated rounding) into `model`, in place, from
     calibration `input_ids` (samples, tokens); each choice is kept only where the block's (or the
     output's) real error on the first `objective_samples` samples goes down. Each part gets its
@@ -229,17 +234,18 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
     result = AwqResult([], [], [], [])
     for i, layer in enumerate(model.model.layers):
         weights.load(layer)
-        groups, clipped, comp, errors = _choose_block(layer, x, kwargs, grid, clip, compensated, i, objective_samples)
+        groups, clipped, comp, errors = _choose_block(layer, x, kwargs, grid, clip, compensated, i, objective_samples,
+                                                      products)
         result.groups += groups
         result.clipped.append(clipped)
         result.compensated.append(comp)
         result.block_errors.append(errors)
-        x = run_fake_quantized(layer, x, kwargs)
+        x = run_fake_quantized(layer, x, kwargs, products)
         weights.save(layer)
         on_progress(i + 1)
     outputs = output_modules(model)
     weights.load(*outputs)
-    groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples)
+    groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples, products)
     weights.save(*outputs)
     result.groups += groups
     result.clipped.append(clipped)

@@ -27,8 +27,12 @@ import torch
 from ..q4_0 import BLOCK
 from .search import ROWS_PER_STEP, InputStats
 
-# Columns per lazy batch (GPTQ's choice), a multiple of BLOCK.
+# Columns per lazy batch (GPTQ's choice), a multiple of BLOCK; a batch feeds its errors to the rest
+# of its span, a span to every column after it. With one level, every batch rewrote all the later
+# columns (the bulk of the rounding's memory traffic at a 7B's width), in products too narrow for
+# bf16 to pay.
 COLUMNS_PER_BATCH = 128
+COLUMNS_PER_SPAN = 1024
 # Hessian damping, as a fraction of its mean diagonal. GPTQ's 0.01 fits 16 x 256 calibration tokens
 # too closely: on both development models 0.1-0.3 gave lower KLD on text the search never saw.
 DAMPING = 0.3
@@ -78,40 +82,52 @@ def compensate(weight: torch.Tensor, stats: InputStats, out: torch.Tensor | None
     feedback = _feedback(stats)
     out = torch.empty_like(weight) if out is None else out
     for dst, src in zip(out.split(ROWS_PER_STEP), weight.split(ROWS_PER_STEP)):
-        dst.copy_(_compensate_rows(src.float(), feedback))
+        dst.copy_(_compensate_rows(src.float(), feedback, stats.products))
     return out
 
 
-def _compensate_rows(w: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+def _compensate_rows(w: torch.Tensor, feedback: Feedback, products: torch.dtype) -> torch.Tensor:
     """compensate() for some rows, w (rows, cols) FP32, left as it is. Errors feed forward column by
-    column within a Q4_0 block, then block by block within a batch, then batch by batch, so most
-    of the arithmetic is in matrix products. The work is on the transpose, where a column is
-    contiguous: a column of w itself costs a cache line per weight (a 7B's gate and up
-    projections took 21 s that way, 9 s transposed)."""
-    a, inverse_blocks = feedback.a, feedback.inverse_blocks
+    column within a Q4_0 block, then block by block within a batch, batch by batch within a span,
+    then span by span, so most of the arithmetic is in matrix products (the spans' in `products`).
+    The work is on the transpose, where a column is contiguous: a column of w itself costs a cache
+    line per weight (a 7B's gate and up projections took 21 s that way, 9 s transposed)."""
+    a = feedback.a
     w = w.T.contiguous()  # (cols, rows)
     target = w.clone()  # w plus the rounding errors fed forward so far
     out = torch.empty_like(w)
     cols = w.shape[0]
-    for start in range(0, cols, COLUMNS_PER_BATCH):
-        end = min(start + COLUMNS_PER_BATCH, cols)
-        batch, a_batch = target[start:end], a[start:end, start:end]
-        errors = torch.empty_like(batch)
-        for b in range(0, end - start, BLOCK):
-            block = slice(start + b, start + b + BLOCK)
-            # The scale comes from the block as GPTQ's own form has it at this point: the earlier
-            # columns' errors compensated by this block and every later column (the feedback
-            # form's partial sum compensates with this block's columns alone).
-            fed_back = batch[b:b + BLOCK] - w[block]
-            d, peak_at = _block_scale((w[block] + inverse_blocks[block.start // BLOCK].T @ fed_back).T)
-            inv_d = torch.where(d == 0, torch.zeros_like(d), 1 / d).squeeze(1)
-            d, is_peak = d.squeeze(1), torch.arange(BLOCK)[:, None] == peak_at
-            for i in range(b, b + BLOCK):
-                rounded = out[start + i]
-                torch.trunc(batch[i] * inv_d + 8.5, out=rounded)
-                rounded.clamp_(0, 15).masked_fill_(is_peak[i - b], 0).sub_(8).mul_(d)
-                torch.sub(w[start + i], rounded, out=errors[i])
-                batch[i + 1:b + BLOCK].addr_(a_batch[i, i + 1:b + BLOCK], errors[i])
-            batch[b + BLOCK:] += a_batch[b:b + BLOCK, b + BLOCK:].T @ errors[b:b + BLOCK]
-        target[end:] += a[start:end, end:].T @ errors
+    span_errors = torch.empty(COLUMNS_PER_SPAN, w.shape[1], dtype=w.dtype)
+    for span in range(0, cols, COLUMNS_PER_SPAN):
+        span_end = min(span + COLUMNS_PER_SPAN, cols)
+        for start in range(span, span_end, COLUMNS_PER_BATCH):
+            end = min(start + COLUMNS_PER_BATCH, span_end)
+            errors = span_errors[start - span:end - span]
+            _round_batch(w, target, out, errors, feedback, start, end)
+            target[end:span_end] += a[start:end, end:span_end].T @ errors
+        errors = span_errors[:span_end - span].to(products)
+        target[span_end:] += a[span:span_end, span_end:].to(products).T @ errors
     return out.T
+
+
+def _round_batch(w: torch.Tensor, target: torch.Tensor, out: torch.Tensor, errors: torch.Tensor, feedback: Feedback,
+                 start: int, end: int) -> None:
+    """Round columns start:end of target (cols, rows) into out, their errors against w into errors
+    (end - start, rows), feeding each block's errors forward within the batch."""
+    batch, a_batch = target[start:end], feedback.a[start:end, start:end]
+    for b in range(0, end - start, BLOCK):
+        block = slice(start + b, start + b + BLOCK)
+        # The scale comes from the block as GPTQ's own form has it at this point: the earlier
+        # columns' errors compensated by this block and every later column (the feedback
+        # form's partial sum compensates with this block's columns alone).
+        fed_back = batch[b:b + BLOCK] - w[block]
+        d, peak_at = _block_scale((w[block] + feedback.inverse_blocks[block.start // BLOCK].T @ fed_back).T)
+        inv_d = torch.where(d == 0, torch.zeros_like(d), 1 / d).squeeze(1)
+        d, is_peak = d.squeeze(1), torch.arange(BLOCK)[:, None] == peak_at
+        for i in range(b, b + BLOCK):
+            rounded = out[start + i]
+            torch.trunc(batch[i] * inv_d + 8.5, out=rounded)
+            rounded.clamp_(0, 15).masked_fill_(is_peak[i - b], 0).sub_(8).mul_(d)
+            torch.sub(w[start + i], rounded, out=errors[i])
+            batch[i + 1:b + BLOCK].addr_(a_batch[i, i + 1:b + BLOCK], errors[i])
+        batch[b + BLOCK:] += a_batch[b:b + BLOCK, b + BLOCK:].T @ errors[b:b + BLOCK]

@@ -95,10 +95,16 @@ def fake_quantized(layer: nn.Module) -> Iterator[None]:
             l.weight.data = w
 
 
+def products_in(products: torch.dtype):
+    """A context in which the linears multiply in `products`: bf16 autocast, or FP32 as they are."""
+    return nullcontext() if products == torch.float32 else torch.autocast("cpu", dtype=products)
+
+
 @torch.no_grad()
-def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    with fake_quantized(layer):
-        return run(layer, x, kwargs)
+def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict,
+                       products: torch.dtype = torch.float32) -> torch.Tensor:
+    with fake_quantized(layer), products_in(products):
+        return run(layer, x, kwargs).float()
 
 
 def output_modules(model: nn.Module) -> tuple[nn.Module, ...]:

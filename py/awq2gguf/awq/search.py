@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 from torch import nn
@@ -45,21 +46,30 @@ class InputStats:
     factor is any R with R^T R = x^T x (the Gram matrix): x itself when there are fewer tokens
     than features (no Gram to compute, and cheaper to use), else the Cholesky factor of x^T x.
     An output error ||x D^T||^2 is then ||R D^T||^2, whatever the number of tokens.
+
+    The search's error products multiply in `products` (host.PRECISIONS); the factor and the Gram
+    matrices stay FP32: a bf16 product is rounded to bf16, and that rounding of an outlier channel's
+    diagonal entry can exceed the rounding's damping (a Cholesky failed on SmolLM2).
     """
     factor: torch.Tensor  # (min(tokens, features), features)
     mean: torch.Tensor    # mean |x| per feature
     n_tokens: int
+    products: torch.dtype = torch.float32
 
     @classmethod
     @torch.no_grad()
-    def of(cls, x: torch.Tensor) -> "InputStats":
+    def of(cls, x: torch.Tensor, products: torch.dtype = torch.float32) -> "InputStats":
         x = x.reshape(-1, x.shape[-1]).float()
         n, k = x.shape
-        return cls(x.clone() if n <= k else _gram_factor(gram(x)), x.abs().mean(dim=0), n)
+        return cls(x.clone() if n <= k else _gram_factor(gram(x)), x.abs().mean(dim=0), n, products)
 
     def scaled(self, s: torch.Tensor) -> "InputStats":
         """Statistics of x / s, the input once s is folded into the producer."""
-        return InputStats(self.factor / s, self.mean / s, self.n_tokens)
+        return InputStats(self.factor / s, self.mean / s, self.n_tokens, self.products)
+
+    @cached_property
+    def _factor_t(self) -> torch.Tensor:
+        return self.factor.T.to(self.products)
 
     def gram(self) -> torch.Tensor:
         """x^T x."""
@@ -67,7 +77,7 @@ class InputStats:
 
     def error(self, d: torch.Tensor) -> float:
         """Mean over tokens and rows of the squared output error of a weight error d (rows, features)."""
-        return (d @ self.factor.T).pow(2).sum().item() / (self.n_tokens * d.shape[0])
+        return (d.to(self.products) @ self._factor_t).float().pow(2).sum().item() / (self.n_tokens * d.shape[0])
 
     def block_grams(self) -> torch.Tensor:
         """The (blocks, 32, 32) diagonal blocks of x^T x: each Q4_0 block's own inputs."""

@@ -86,35 +86,45 @@ def autoawq_available() -> bool:
 def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
                   n_samples: int, n_tokens: int, autoawq: bool, threads: int, seeds: tuple[int, ...] = (0,),
                   tune_steps: int = 0, drop_list: tuple[int, ...] = (), autoround_iters: tuple[int, ...] = (),
-                  log=print) -> list[Made]:
+                  precisions: tuple[str, ...] = ("auto",), log=print) -> list[Made]:
     """Each method's file; the self-sampled variant once per seed, since which text the model happens
     to sample moves its perplexity more than the differences between methods. With tune_steps, the
     calibration-file and first-seed variants tuned too, whole and block-wise; with drop_list, the
     calibration-file variant with those blocks dropped, and (with tune_steps) dropped and tuned whole;
     per autoround_iters, AutoRound's gguf:q4_0 as it writes it and, where it keeps some matrices in
-    another type, with those in Q4_0 too."""
+    another type, with those in Q4_0 too. The calibration-file and self-sampled variants are made
+    in each of `precisions` (awq2gguf --precision), the others in the first."""
     out_dir.mkdir(parents=True, exist_ok=True)
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
     made = [Made("all-Q4_0 (plain)", plain)]
     log("llama-imatrix + llama-quantize")
     made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
-    runs = [("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
+    first = ["--precision", precisions[0]]
+
+    def each(label: str, name: str, args: list[str]) -> list[tuple[str, str, list[str]]]:
+        """The variant once per precision, named after it where there are several."""
+        if len(precisions) == 1:
+            return [(label, name, [*args, *first])]
+        return [(f"{label}, --precision {p}", name.replace("-Q4_0", f"-{p}-Q4_0"), [*args, "--precision", p])
+                for p in precisions]
+
+    runs = [*each("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
+            *(run for seed in seeds for run in each(f"awq2gguf, self-sampled text, seed {seed}",
+                                                    f"awq2gguf-self-seed{seed}-Q4_0.gguf", ["--seed", str(seed)])),
             ("awq2gguf, calibration file, --no-compensate", "awq2gguf-file-nocomp-Q4_0.gguf",
-             ["--calib", str(calib), "--no-compensate"]),
-            *((f"awq2gguf, self-sampled text, seed {seed}", f"awq2gguf-self-seed{seed}-Q4_0.gguf",
-               ["--seed", str(seed)]) for seed in seeds),
+             ["--calib", str(calib), "--no-compensate", *first]),
             *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
-                ["--calib", str(calib), "--untie-output"])] if _ties_output(model_dir) else [])]
+                ["--calib", str(calib), "--untie-output", *first])] if _ties_output(model_dir) else [])]
     if tune_steps:
         for mode, what in (("model", ""), ("blocks", " block-wise")):
-            tune = ["--tune-steps", str(tune_steps), "--tune-mode", mode]
+            tune = ["--tune-steps", str(tune_steps), "--tune-mode", mode, *first]
             runs += [(f"awq2gguf, calibration file, --tune-steps {tune_steps}{what}",
                       f"awq2gguf-file-tuned-{mode}-Q4_0.gguf", ["--calib", str(calib), *tune]),
                      (f"awq2gguf, self-sampled text, seed {seeds[0]}, --tune-steps {tune_steps}{what}",
                       f"awq2gguf-self-seed{seeds[0]}-tuned-{mode}-Q4_0.gguf", ["--seed", str(seeds[0]), *tune])]
     if drop_list:
-        drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, drop_list))]
+        drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, drop_list)), *first]
         runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped", "awq2gguf-file-drop-Q4_0.gguf",
                      drop))
         if tune_steps:

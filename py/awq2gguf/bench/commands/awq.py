@@ -10,6 +10,7 @@ import click
 
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
+from ...host import PRECISIONS
 from ...paths import MODELS_DIR
 from .. import autoround, awq_compare, perplexity
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
@@ -31,6 +32,13 @@ def _parse_iters(_ctx, _param, value: str) -> tuple[int, ...]:
     if any(i < 0 for i in iters) or len(set(iters)) != len(iters):
         raise click.BadParameter(f"{value!r}: distinct counts of 0 or more")
     return iters
+
+
+def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
+    precisions = tuple(p.strip() for p in value.split(","))
+    if any(p not in PRECISIONS for p in precisions) or len(set(precisions)) != len(precisions):
+        raise click.BadParameter(f"{value!r}: distinct choices of {', '.join(PRECISIONS)}")
+    return precisions
 
 
 @report_kinds("awq")
@@ -79,11 +87,15 @@ class AwqReport(Report):
               help=f"Add Intel's AutoRound {autoround.VERSION} gguf:q4_0 with these --iters per block (0: its "
                    "optimized rounding alone; slow: ~20 min per run on SmolLM2-135M here), as written and with "
                    "the matrices it keeps in other types put in Q4_0. Needs `make autoround`.")
+@click.option("--precisions", metavar="P,Q,...", default="auto", show_default=True, callback=_parse_precisions,
+              help=f"awq2gguf --precision ({', '.join(PRECISIONS)}) of the calibration-file and self-sampled "
+                   "variants, each made once per precision (e.g. fp32,bf16 to compare them); the other variants "
+                   "use the first.")
 @THREADS
 @DEV_MODEL
 @JSON
 def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list,
-        autoround_iters, threads, dev_model, as_json):
+        autoround_iters, precisions, threads, dev_model, as_json):
     """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
@@ -101,7 +113,7 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         made = awq_compare.make_variants(
             build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
             calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds,
-            tune_steps, drop_list, autoround_iters, log)
+            tune_steps, drop_list, autoround_iters, precisions, log)
         log("computing FP16 logits, then each variant's PPL and KLD")
         base_logits = Path(tmp) / "base.kld"
         fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]

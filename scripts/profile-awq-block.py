@@ -1,0 +1,80 @@
+"""Where one decoder block's AWQ time goes, at a real model's shape (random weights).
+
+    python scripts/profile-awq-block.py qwen2.5-7b [--precision fp32|bf16] [--ops]
+
+Builds one random decoder block of the shape (assets/synthetic.SHAPES), feeds it 16 x 256 random
+hidden states, runs the search, rounding and checks as awq2gguf does for each block
+(awq.apply._choose_block) and the next block's input, and prints the seconds of each part; --ops adds
+torch's profile of the ops that took the time. A 7B-shaped block needs about 6 GiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import time
+from contextlib import nullcontext
+
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from awq2gguf.assets.synthetic import SHAPES
+from awq2gguf.awq import apply, forward, search
+from awq2gguf.host import PRECISIONS, physical_cores, resolve_precision
+
+PARTS = {"capture": "_input_stats", "search": "search_scales", "compensate": "_compensated", "clip": "search_clip"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("shape", choices=sorted(SHAPES))
+    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument("--samples", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=256)
+    parser.add_argument("--ops", action="store_true", help="also torch.profiler's table of the ops")
+    args = parser.parse_args()
+    torch.set_num_threads(physical_cores())
+    torch.manual_seed(0)
+    shape = SHAPES[args.shape]
+    config = Qwen2Config(hidden_size=shape.n_embd, intermediate_size=shape.n_ff, num_attention_heads=shape.n_head,
+                         num_key_value_heads=shape.n_head_kv, num_hidden_layers=1, vocab_size=1024,
+                         rope_theta=shape.rope_theta, rms_norm_eps=shape.rms_eps, attn_implementation="sdpa")
+    model = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        x, kwargs = forward.first_block_input(model, torch.randint(0, 1024, (args.samples, args.tokens)))
+    x = torch.randn_like(x)
+    precision = resolve_precision(args.precision)
+    products = torch.bfloat16 if precision == "bf16" else torch.float32
+
+    seconds: dict[str, float] = {}
+
+    def timed(part, f):
+        @functools.wraps(f)
+        def wrapper(*a, **k):
+            started = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - started
+        return wrapper
+
+    for part, name in PARTS.items():
+        setattr(apply, name, timed(part, getattr(apply, name)))
+    apply._Block.error = timed("block checks", apply._Block.error)
+    layer = model.model.layers[0]
+    started = time.perf_counter()
+    with torch.no_grad(), torch.profiler.profile() if args.ops else nullcontext() as profile:
+        apply._choose_block(layer, x, kwargs, search.DEFAULT_GRID, True, True, 0, 4, products)
+        timed("next input", forward.run_fake_quantized)(layer, x, kwargs, products)
+    total = time.perf_counter() - started
+    print(f"{args.shape} block, {args.samples} x {args.tokens} tokens, {precision} products, "
+          f"{torch.get_num_threads()} threads: {total:.1f} s")
+    for part, s in seconds.items():
+        print(f"  {part:<14} {s:6.1f} s")
+    print(f"  {'other':<14} {total - sum(seconds.values()):6.1f} s")
+    if args.ops:
+        print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+
+
+if __name__ == "__main__":
+    main()
