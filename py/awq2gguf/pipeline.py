@@ -216,6 +216,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     import torch
 
     from .awq.apply import apply_awq
+    from .awq.forward import PRODUCTS
     from .awq.forward import model_log_probs
     from .awq.guard import kl_divergence
 
@@ -234,7 +235,7 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     n_layers = len(model.model.layers)
     with progress.stage(f"AWQ search, block by block ({summary.precision} products)", n_layers) as done:
         result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate, on_progress=done,
-                           weights=streamed, products=torch.bfloat16 if summary.precision == "bf16" else torch.float32)
+                           weights=streamed, products=PRODUCTS[summary.precision])
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .awq.forward import Weights, fake_quantized, first_block_input, run
+from .awq.forward import PRODUCTS, Weights, fake_quantized, first_block_input, products_in, run
 from .awq.guard import batch_slice
 from .progress import OnProgress, no_progress
 from .q4_0 import q4_0_fake_quant
@@ -93,7 +93,7 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict
     try:
         for step, rows in enumerate(batches(len(x), steps, seed)):
             trainer.quantize()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            with products_in(PRODUCTS["bf16" if bf16 else "fp32"]):
                 out = run(layer, x[rows], batch_slice(kwargs, len(x), len(rows)))
             loss = F.mse_loss(out.float(), target[rows])
             loss.backward()

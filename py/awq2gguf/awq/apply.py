@@ -55,8 +55,7 @@ def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict,
     sites = input_sites(layer)
 
     def hook(module, args, _out):
-        with torch.autocast("cpu", enabled=False):  # the statistics' own arithmetic is their business
-            stats[module] = InputStats.of(args[0], products)
+        stats[module] = InputStats.of(args[0], products)
 
     hooks = [site.register_forward_hook(hook) for site in sites]
     try:

@@ -95,6 +95,10 @@ def fake_quantized(layer: nn.Module) -> Iterator[None]:
             l.weight.data = w
 
 
+# host.PRECISIONS' resolved choices as the dtype the products run in.
+PRODUCTS = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
 def products_in(products: torch.dtype):
     """A context in which the linears multiply in `products`: bf16 autocast, or FP32 as they are."""
     return nullcontext() if products == torch.float32 else torch.autocast("cpu", dtype=products)

@@ -58,6 +58,7 @@ class InputStats:
 
     @classmethod
     @torch.no_grad()
+    @torch.autocast("cpu", enabled=False)  # called from hooks inside bf16 forwards: the Gram stays FP32
     def of(cls, x: torch.Tensor, products: torch.dtype = torch.float32) -> "InputStats":
         x = x.reshape(-1, x.shape[-1]).float()
         n, k = x.shape
