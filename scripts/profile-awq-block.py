@@ -68,10 +68,10 @@ def main() -> None:
         timed("next input", forward.run_fake_quantized)(layer, x, kwargs, products)
     total = time.perf_counter() - started
     print(f"{args.shape} block, {args.samples} x {args.tokens} tokens, {precision} products, "
-          f"{torch.get_num_threads()} threads: {total:.1f} s")
+          f"{torch.get_num_threads()} threads: {total:.2f} s")
     for part, s in seconds.items():
-        print(f"  {part:<14} {s:6.1f} s")
-    print(f"  {'other':<14} {total - sum(seconds.values()):6.1f} s")
+        print(f"  {part:<14} {s:7.2f} s")
+    print(f"  {'other':<14} {total - sum(seconds.values()):7.2f} s")
     if args.ops:
         print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 

@@ -103,7 +103,7 @@ def test_awq_cost_of_a_block_wise_tuned_job(tmp_path):
     report = json.loads(proc.stdout)
     assert report["tune_steps"] == 2 and report["tune_mode"] == "blocks" and report["seconds"] > 0
     stages = dict(report["stages"])  # each of awq2gguf's stages with its time, as it printed them
-    assert "AWQ search, block by block" in stages
+    assert any(name.startswith("AWQ search, block by block") for name in stages)
     assert any(name.startswith("tuning 2 blocks through Q4_0") for name in stages)
     assert 0 < sum(stages.values()) <= report["seconds"]
 
