@@ -89,7 +89,7 @@ def test_awq_cost_times_awq2gguf_on_a_synthetic_checkpoint(tmp_path):
     assert report["kind"] == "awq-cost" and report["seconds"] > 0 and report["out_mib"] > 0
     # awq2gguf loads torch and the model, so its peak is well above a bare interpreter's
     assert report["peak_rss_mib"] > 100
-    # work files (the Q8_0 GGUF that samples calibration text, the folded model as Q4_0, the
+    # work files (the all-Q4_0 GGUF that samples calibration text, the folded model as Q4_0, the
     # held-out reference log-probabilities) lie beside OUT for a while
     assert report["peak_disk_mib"] > report["out_mib"]
     assert (tmp_path / "models" / "synthetic-tiny-tied-hf" / "config.json").is_file()

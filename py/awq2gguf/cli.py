@@ -74,7 +74,7 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
                    "embeddings included, in Q4_0 (the patched llama-quantize).")
 @click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),
               help="Calibration text: plain text, or .jsonl with a \"text\" field per line. "
-                   "Default: the model samples its own text with llama.cpp from a Q8_0 GGUF.")
+                   "Default: the model samples its own text with llama.cpp from an all-Q4_0 GGUF.")
 @click.option("--lora", type=click.Path(path_type=Path),
               help="A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for MODEL_DIR, "
                    "merged into its weights with peft before calibration and AWQ; OUT's metadata records its "
