@@ -4,6 +4,7 @@ import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import httpx
 import openai
 import pytest
 from click.testing import CliRunner
@@ -73,6 +74,30 @@ def test_over_long_requests_get_400_and_the_server_goes_on(server):
     with pytest.raises(openai.BadRequestError, match="max_tokens 10000 is over this server's limit of 256"):
         api.completions.create(model="m", prompt="Hello", max_tokens=10000)
     assert api.completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+
+
+@pytest.mark.parametrize("body, message", [
+    (b'{"messages": [', "the request body is not valid JSON: Expecting value: line 1 column 15"),
+    (b"\xff\xfe", "the request body is not valid JSON"),
+    (b'["Hello"]', "the request body must be a JSON object"),
+])
+def test_a_body_that_is_not_a_json_object_gets_400_and_the_server_goes_on(server, body, message):
+    for path in ("/v1/chat/completions", "/v1/completions"):
+        r = httpx.post(f"{server}{path}", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+        assert r.json()["error"]["message"].startswith(message)
+    assert client(server).completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+
+
+def test_answers_name_the_model_by_its_alias_never_by_its_path(server, smollm2_q4_0):
+    api = client(server)
+    assert api.completions.create(model="m", prompt="Hello", max_tokens=2).model == smollm2_q4_0.stem
+    # without a model in the request, llama-cpp-python would name the file's path
+    r = httpx.post(f"{server}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=300)
+    assert r.status_code == 200 and r.json()["model"] == smollm2_q4_0.stem
+    chunks = api.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+                                         stream=True)
+    assert {c.model for c in chunks} == {smollm2_q4_0.stem}
 
 
 def test_the_api_key_is_required_when_set(keyed_server):

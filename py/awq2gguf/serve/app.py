@@ -21,7 +21,7 @@ def create_app(opts: ServeOptions):
     server_app.run_in_threadpool = llama_thread.run_in_threadpool
     server_app.iterate_in_threadpool = llama_thread.iterate_in_threadpool
     server = ServerSettings(api_key=opts.api_key, interrupt_requests=False)  # never cut one user's stream for another's
-    model = ModelSettings(model=str(opts.model), model_alias=opts.model.stem, n_ctx=opts.ctx, n_threads=opts.threads,
+    model = ModelSettings(model=str(opts.model), model_alias=opts.alias, n_ctx=opts.ctx, n_threads=opts.threads,
                           n_threads_batch=opts.threads, verbose=False)
     app = server_app.create_app(server_settings=server, model_settings=[model])
 
@@ -29,4 +29,4 @@ def create_app(opts: ServeOptions):
 
     app = page.mount(app, opts, PAGE_PATH)
     app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
-    return LimitsMiddleware(app, opts.limits, count_prompt_tokens)
+    return LimitsMiddleware(app, opts.limits, count_prompt_tokens, opts.alias)

@@ -1,11 +1,13 @@
 """Request limits in front of llama-cpp-python's OpenAI server: bounded lengths, a bounded queue.
 
 llama-cpp-python serves one request at a time behind a lock and lets the others wait without
-bound; a streamed request whose prompt does not fit fails after its 200 header is sent, and a
-chat request without max_tokens generates until the context is full. This ASGI middleware
-answers before any of that: 400 for a prompt or max_tokens over the limits (OpenAI's error
-shape, so clients show the message), 503 when `queue` generation requests are already in flight
-(running or waiting), and fills in max_tokens where a chat request leaves it out.
+bound; a streamed request whose prompt does not fit fails after its 200 header is sent, a chat
+request without max_tokens generates until the context is full, a body that is not JSON gets a
+500, and a request that names no model gets an answer naming the model by its file path. This
+ASGI middleware answers before any of that: 400 for a body that is not a JSON object and for a
+prompt or max_tokens over the limits (OpenAI's error shape, so clients show the message), 503
+when `queue` generation requests are already in flight (running or waiting); it fills in
+max_tokens where a chat request leaves it out, and the model's alias as the request's model.
 """
 
 from __future__ import annotations
@@ -37,10 +39,11 @@ def _error_response(status: int, message: str, code: str, headers: tuple = ()) -
 
 
 class LimitsMiddleware:
-    """count_prompt(path, body) -> prompt tokens of a generation request's JSON body."""
+    """count_prompt(path, body) -> prompt tokens of a generation request's JSON body; alias: the
+    name every answer gives the model."""
 
-    def __init__(self, app, limits: Limits, count_prompt: Callable[[str, dict], int]):
-        self.app, self.limits, self.count_prompt = app, limits, count_prompt
+    def __init__(self, app, limits: Limits, count_prompt: Callable[[str, dict], int], alias: str):
+        self.app, self.limits, self.count_prompt, self.alias = app, limits, count_prompt, alias
         self.in_flight = 0  # one event loop: no lock needed
 
     async def __call__(self, scope, receive, send):
@@ -98,17 +101,18 @@ class LimitsMiddleware:
                                    "server_busy", ((b"retry-after", b"1"),)), raw
         try:
             body = json.loads(raw)
-        except ValueError:
-            return None, raw  # FastAPI answers malformed bodies itself (422)
+        except ValueError as e:
+            return _error_response(400, f"the request body is not valid JSON: {e}", "invalid_json"), raw
         if not isinstance(body, dict):
-            return None, raw
+            return _error_response(400, "the request body must be a JSON object", "invalid_json"), raw
+        body["model"] = self.alias
         max_tokens = body.get("max_tokens")
         if isinstance(max_tokens, int) and max_tokens > self.limits.max_tokens:
             return _error_response(400, f"max_tokens {max_tokens} is over this server's limit of "
                                         f"{self.limits.max_tokens}", "max_tokens_exceeded"), raw
         if max_tokens is None and path.endswith("chat/completions"):
             body["max_tokens"] = self.limits.max_tokens  # else a chat answer runs until the context is full
-            raw = json.dumps(body).encode()
+        raw = json.dumps(body).encode()
         try:
             n = self.count_prompt(path, body)
         except (KeyError, TypeError, ValueError):

@@ -28,6 +28,11 @@ class ServeOptions:
     limits: Limits
     api_key: str | None
 
+    @property
+    def alias(self) -> str:
+        """The model's name in every answer: the file's stem, not a path of the serving machine."""
+        return self.model.stem
+
 
 def loaded_model():
     """The server's Llama object, without taking its lock (for read-only use: tokenizing)."""

@@ -61,7 +61,7 @@ def mount(app, opts: ServeOptions, path: str):
             perf, end = perf_counters(llama), time.perf_counter()
             yield answer, speed_markdown(perf.n_p_eval, (first or end) - start, perf.n_eval, end - (first or end))
 
-    with gr.Blocks(title=f"{opts.model.stem} · awq2gguf") as page:
+    with gr.Blocks(title=f"{opts.alias} · awq2gguf") as page:
         gr.Markdown(f"### {opts.model.name}\n{opts.build} llama.cpp build · {opts.threads} threads · "
                     f"context {opts.ctx} tokens · answers up to {opts.limits.max_tokens} tokens")
         speed = gr.Markdown("", elem_id="speed")
