@@ -59,23 +59,26 @@ def textbook_gptq(w: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 def test_the_feedback_form_is_gptq(n_tokens, batch, span, monkeypatch):
     """The lazy-batched feedback form (one Cholesky factor of H) makes GPTQ's choices exactly, in
     float64 where no rounding of the arithmetic decides a level; in float32 a few levels near a
-    half go the other way, with the same output error."""
+    half go the other way, with the same output error. With bf16 products the first level that
+    differs changes every later column's target, so many levels differ, but the output error is
+    at most 1% higher."""
     monkeypatch.setattr(compensate_module, "COLUMNS_PER_BATCH", batch)
     monkeypatch.setattr(compensate_module, "COLUMNS_PER_SPAN", span)
     x, w = correlated_inputs(n_tokens).double(), weights().double()
     stats = InputStats(x, x.abs().mean(dim=0), n_tokens, torch.float64)
     reference = textbook_gptq(w, x)
-    assert torch.equal(_compensate_rows(w, _feedback(stats)), reference)
+    assert torch.equal(_compensate_rows(w, _feedback(stats), torch.float64), reference)
     single = compensate(w.float(), InputStats.of(x.float())).double()
     assert (single != reference).float().mean() < 1e-2
     assert stats.error(w - single) == pytest.approx(stats.error(w - reference), rel=1e-3)
-    # The search's bf16 products leave the rounding's arithmetic as it is.
-    assert torch.equal(compensate(w.float(), InputStats.of(x.float(), torch.bfloat16)).double(), single)
+    bf16 = compensate(w.float(), InputStats.of(x.float(), torch.bfloat16)).double()
+    assert stats.error(w - bf16) < 1.01 * stats.error(w - reference)
 
 
 @pytest.mark.parametrize("n_tokens", [64, 1024])  # fewer tokens than features, and more
-def test_llama_quantize_writes_the_compensated_weights_bit_for_bit(n_tokens):
-    out = compensate(weights(), InputStats.of(correlated_inputs(n_tokens)))
+@pytest.mark.parametrize("products", [torch.float32, torch.bfloat16])
+def test_llama_quantize_writes_the_compensated_weights_bit_for_bit(n_tokens, products):
+    out = compensate(weights(), InputStats.of(correlated_inputs(n_tokens), products))
     assert torch.equal(ggml_q4_0(out), out)  # gguf.quants is byte-identical to ggml's quantizer
     assert torch.equal(q4_0_fake_quant(out), out)
     assert torch.equal(out[0], torch.zeros(256))

@@ -82,15 +82,14 @@ def compensate(weight: torch.Tensor, stats: InputStats, out: torch.Tensor | None
     feedback = _feedback(stats)
     out = torch.empty_like(weight) if out is None else out
     for dst, src in zip(out.split(ROWS_PER_STEP), weight.split(ROWS_PER_STEP)):
-        dst.copy_(_compensate_rows(src.float(), feedback))
+        dst.copy_(_compensate_rows(src.float(), feedback, stats.products))
     return out
 
 
-def _compensate_rows(w: torch.Tensor, feedback: Feedback) -> torch.Tensor:
+def _compensate_rows(w: torch.Tensor, feedback: Feedback, products: torch.dtype) -> torch.Tensor:
     """compensate() for some rows, w (rows, cols) FP32, left as it is. Errors feed forward column by
     column within a Q4_0 block, then block by block within a batch, batch by batch within a span,
-    then span by span, so most of the arithmetic is in matrix products, in w's precision (see
-    COLUMNS_PER_SPAN).
+    then span by span, so most of the arithmetic is in matrix products (the spans' in `products`).
     The work is on the transpose, where a column is contiguous: a column of w itself costs a cache
     line per weight (a 7B's gate and up projections took 21 s that way, 9 s transposed)."""
     a = feedback.a
@@ -106,7 +105,8 @@ def _compensate_rows(w: torch.Tensor, feedback: Feedback) -> torch.Tensor:
             errors = span_errors[start - span:end - span]
             _round_batch(w, target, out, errors, feedback, start, end)
             target[end:span_end] += a[start:end, end:span_end].T @ errors
-        target[span_end:] += a[span:span_end, span_end:].T @ span_errors[:span_end - span]
+        errors = span_errors[:span_end - span].to(products)
+        target[span_end:] += a[span:span_end, span_end:].to(products).T @ errors
     return out.T
 
 
