@@ -4,14 +4,17 @@
 
 Builds one random decoder block of the shape (assets/synthetic.SHAPES), feeds it 16 x 256 random
 hidden states, runs the search, rounding and checks as awq2gguf does for each block
-(awq.apply._choose_block) and the next block's input, and prints the seconds of each part; --ops adds
-torch's profile of the ops that took the time. A 7B-shaped block needs about 6 GiB.
+(awq.apply._choose_block) and the next block's input, and prints the seconds of each part and the
+process's peak RSS while it ran; --ops adds torch's profile of the ops that took the time. A
+7B-shaped block needs about 6.3 GiB.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
+import threading
 import time
 from contextlib import nullcontext
 
@@ -23,6 +26,25 @@ from awq2gguf.awq import apply, forward, search
 from awq2gguf.host import PRECISIONS, physical_cores, resolve_precision
 
 PARTS = {"capture": "_input_stats", "search": "search_scales", "compensate": "_compensated", "clip": "search_clip"}
+
+
+class PeakRss:
+    """This process's largest RSS while each part ran (`part`: the one running now), sampled every
+    20 ms and at the end of each part (which may be shorter)."""
+
+    def __init__(self):
+        self.part, self.peaks = "other", {}
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def sample(self) -> None:
+        with open("/proc/self/statm") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        self.peaks[self.part] = max(self.peaks.get(self.part, 0), rss)
+
+    def _watch(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(0.02)
 
 
 def main() -> None:
@@ -47,15 +69,18 @@ def main() -> None:
     products = torch.bfloat16 if precision == "bf16" else torch.float32
 
     seconds: dict[str, float] = {}
+    rss = PeakRss()
 
     def timed(part, f):
         @functools.wraps(f)
         def wrapper(*a, **k):
-            started = time.perf_counter()
+            started, outer, rss.part = time.perf_counter(), rss.part, part
             try:
                 return f(*a, **k)
             finally:
                 seconds[part] = seconds.get(part, 0.0) + time.perf_counter() - started
+                rss.sample()
+                rss.part = outer
         return wrapper
 
     for part, name in PARTS.items():
@@ -69,9 +94,9 @@ def main() -> None:
     total = time.perf_counter() - started
     print(f"{args.shape} block, {args.samples} x {args.tokens} tokens, {precision} products, "
           f"{torch.get_num_threads()} threads: {total:.2f} s")
+    seconds["other"] = total - sum(seconds.values())
     for part, s in seconds.items():
-        print(f"  {part:<14} {s:7.2f} s")
-    print(f"  {'other':<14} {total - sum(seconds.values()):7.2f} s")
+        print(f"  {part:<14} {s:7.2f} s   peak RSS {rss.peaks.get(part, 0) / 2**30:5.2f} GiB")
     if args.ops:
         print(profile.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
 
