@@ -66,7 +66,7 @@ def main() -> None:
         x, kwargs = forward.first_block_input(model, torch.randint(0, 1024, (args.samples, args.tokens)))
     x = torch.randn_like(x)
     precision = resolve_precision(args.precision)
-    products = torch.bfloat16 if precision == "bf16" else torch.float32
+    products = forward.PRODUCTS[precision]
 
     seconds: dict[str, float] = {}
     rss = PeakRss()
