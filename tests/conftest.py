@@ -12,7 +12,7 @@ import pytest
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
 from awq2gguf.assets.dev_models import f16_gguf
-from awq2gguf.quantize import quantize
+from awq2gguf.llama_quantize import quantize
 from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 

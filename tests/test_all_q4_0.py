@@ -30,7 +30,7 @@ def test_stock_q4_0_keeps_output_tensor_at_higher_precision(tiny_q4_0, shape):
 
 
 def test_patched_output_tensor_type_override_still_wins(tiny_f16, builds, tmp_path):
-    from awq2gguf.quantize import quantize
+    from awq2gguf.llama_quantize import quantize
 
     out = quantize(builds["patched"], tiny_f16["tiny-tied"], tmp_path / "o.gguf", "Q4_0",
                    extra_args=("--output-tensor-type", "q8_0"))

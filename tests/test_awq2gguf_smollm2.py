@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from awq2gguf.bench import perplexity
-from awq2gguf.bench.awq_compare import calibration_file
+from awq2gguf.bench.awq import calibration_file
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.cli import main
 from awq2gguf.paths import DEFAULT_EVAL_TEXT

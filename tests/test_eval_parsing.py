@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from awq2gguf.bench.accuracy import mc_accuracy
-from awq2gguf.bench.llama_bench import BenchError
+from awq2gguf.bench.eval import mc_accuracy
+from awq2gguf.bench import BenchError
 from awq2gguf.bench.mc_score import choose, continuation_logprob
 from awq2gguf.bench.perplexity import parse_final_ppl, parse_kld_stats
 from awq2gguf.bench.tasks import TASKS, load_items

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .paths import VENDOR_SRC
 from .proc_io import Awq2ggufError, atomic_path, run_tool
-from .quantize import override_kv_args
+from .llama_quantize import override_kv_args
 
 CONVERTER = VENDOR_SRC / "convert_hf_to_gguf.py"
 

@@ -11,7 +11,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import __version__, calibration, checkpoint, lora, prune, tune, tune_blocks
+from . import __version__, calibration, checkpoint, lora, metadata, prune, tune, tune_blocks
 from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
@@ -19,7 +19,7 @@ from .host import available_memory, resolve_precision
 from .proc_io import Awq2ggufError
 from .progress import NoProgress, Progress
 from .q4_0 import BLOCK
-from .quantize import quantize
+from .llama_quantize import quantize
 from .streamed import StreamedModel
 
 # Bytes per weight of OUT, for the disk check (Q4_K_M: its mixture's average).
@@ -120,73 +120,58 @@ class Summary:
 def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
                adapter: lora.Adapter | None = None) -> dict[str, str]:
     """GGUF metadata (llama-quantize --override-kv) saying how the file was made."""
-    grid = f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)"
-    check = {} if summary.check_kld is None else {
-        "awq2gguf.check.tokens": f"int:{calib.held_out_ids.numel()}",
-        "awq2gguf.check.kld": f"float:{summary.check_kld:.6f}",
-        "awq2gguf.check.plain_kld": f"float:{summary.check_plain_kld:.6f}",
-        "awq2gguf.check.fell_back": f"bool:{str(summary.fell_back).lower()}",
+    fields = {
+        "version": __version__,
+        "engine": opts.engine,
+        "calibration.source": calib.source,
+        "calibration.samples": calib.n_samples,
+        "calibration.tokens": calib.n_tokens,
+        "alpha_grid": f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)",
+        "group_size": BLOCK,
+        "clip": opts.clip,
+        "compensate": opts.compensate,
+        "untie_output": opts.untie_output,
+        "precision": summary.precision or None,
+        "check.kld": summary.check_kld,
+        "check.plain_kld": summary.check_plain_kld,
+        "check.untuned_kld": summary.check_untuned_kld,
+        "check.tuned_kld": summary.check_tuned_kld,
     }
-    if summary.check_untuned_kld is not None:
-        check["awq2gguf.check.untuned_kld"] = f"float:{summary.check_untuned_kld:.6f}"
-        check["awq2gguf.check.tuned_kld"] = f"float:{summary.check_tuned_kld:.6f}"
-    dropped = {} if summary.dropped is None else {
-        "awq2gguf.drop_blocks.method": f"str:{summary.dropped.method}",
-        "awq2gguf.drop_blocks.blocks": f"str:{','.join(map(str, summary.dropped.blocks))}",
-        # before any removal, then after each
-        "awq2gguf.drop_blocks.calib_ppl": "str:" + ",".join(
-            f"{p:.4f}" for p in (summary.dropped.ppl_before, *summary.dropped.ppl)),
-    }
-    tuned = {}
+    if summary.check_kld is not None:
+        fields |= {"check.tokens": calib.held_out_ids.numel(), "check.fell_back": summary.fell_back}
+    if adapter is not None:
+        fields |= {"lora.name": adapter.name, "lora.rank": adapter.rank, "lora.sha256": adapter.sha256()}
+    if summary.dropped is not None:
+        fields |= {
+            "drop_blocks.method": summary.dropped.method,
+            "drop_blocks.blocks": summary.dropped.blocks,
+            # before any removal, then after each
+            "drop_blocks.calib_ppl": [summary.dropped.ppl_before, *summary.dropped.ppl],
+        }
     if summary.tune_mode is not None:
-        tuned = {
-            "awq2gguf.tune.mode": f"str:{summary.tune_mode}",
-            "awq2gguf.tune.steps": f"int:{opts.tune_steps}",  # block-wise: per block
-            "awq2gguf.tune.lr": f"float:{summary.tune_lr_grid:g}",  # in Q4_0 grid steps
-            "awq2gguf.tune.kept": f"bool:{str(summary.tune_kept).lower()}",  # false: OUT is the untuned model
+        fields |= {
+            "tune.mode": summary.tune_mode,
+            "tune.steps": opts.tune_steps,  # block-wise: per block
+            "tune.lr": summary.tune_lr_grid,  # in Q4_0 grid steps
+            "tune.kept": summary.tune_kept,  # false: OUT is the untuned model
         }
     if summary.tune_losses:
-        tuned |= {
-            "awq2gguf.tune.lr_weights": f"float:{summary.tune_lr:g}",  # the same in weight units
-            "awq2gguf.tune.params": f"str:{opts.tune_params}",
-            "awq2gguf.tune.loss": f"str:{opts.tune_loss}",
-            # the distillation loss of the first and the last step
-            "awq2gguf.tune.losses": f"str:{summary.tune_losses[0]:.6f},{summary.tune_losses[-1]:.6f}",
+        fields |= {
+            "tune.lr_weights": summary.tune_lr,  # the same in weight units
+            "tune.params": opts.tune_params,
+            "tune.loss": opts.tune_loss,
+            "tune.losses": [summary.tune_losses[0], summary.tune_losses[-1]],  # the first step's and the last's
         }
     if summary.tuned_blocks:
-        tuned |= {
-            "awq2gguf.tune.input": f"str:{opts.tune_input}",
-            "awq2gguf.tune.blocks_kept": f"int:{sum(b.kept for b in summary.tuned_blocks)}",
-        }
+        fields |= {"tune.input": opts.tune_input, "tune.blocks_kept": sum(b.kept for b in summary.tuned_blocks)}
     if summary.norms_losses:
-        tuned |= {
-            "awq2gguf.tune.norms_steps": f"int:{len(summary.norms_losses)}",
-            "awq2gguf.tune.norms_lr_weights": f"float:{summary.norms_lr:g}",
-            "awq2gguf.tune.norms_losses": f"str:{summary.norms_losses[0]:.6f},{summary.norms_losses[-1]:.6f}",
-            "awq2gguf.tune.norms_kept": f"bool:{str(summary.norms_kept).lower()}",
+        fields |= {
+            "tune.norms_steps": len(summary.norms_losses),
+            "tune.norms_lr_weights": summary.norms_lr,
+            "tune.norms_losses": [summary.norms_losses[0], summary.norms_losses[-1]],
+            "tune.norms_kept": summary.norms_kept,
         }
-    merged = {} if adapter is None else {
-        "awq2gguf.lora.name": f"str:{adapter.name[:120]}",
-        "awq2gguf.lora.rank": f"int:{adapter.rank}",
-        "awq2gguf.lora.sha256": f"str:{adapter.sha256()}",
-    }
-    return {
-        "awq2gguf.version": f"str:{__version__}",
-        "awq2gguf.engine": f"str:{opts.engine}",
-        "awq2gguf.calibration.source": f"str:{calib.source[:120]}",
-        "awq2gguf.calibration.samples": f"int:{calib.n_samples}",
-        "awq2gguf.calibration.tokens": f"int:{calib.n_tokens}",
-        "awq2gguf.alpha_grid": f"str:{grid}",
-        "awq2gguf.group_size": f"int:{BLOCK}",
-        "awq2gguf.clip": f"bool:{str(opts.clip).lower()}",
-        "awq2gguf.compensate": f"bool:{str(opts.compensate).lower()}",
-        "awq2gguf.untie_output": f"bool:{str(opts.untie_output).lower()}",
-        **({"awq2gguf.precision": f"str:{summary.precision}"} if summary.precision else {}),
-        **check,
-        **merged,
-        **dropped,
-        **tuned,
-    }
+    return metadata.overrides(fields)
 
 
 def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: Progress) -> calibration.Calibration:
@@ -438,17 +423,17 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         else:
             folded = _awq(streamed, calib, opts, work, progress, summary, teacher)
 
-        metadata = provenance(opts, calib, summary, adapter)
+        made_how = provenance(opts, calib, summary, adapter)
         if opts.converter_writes_out:
             with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
-                convert_hf_to_gguf(folded, out, "q4_0", metadata)
+                convert_hf_to_gguf(folded, out, "q4_0", made_how)
         else:
             with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
                 # F32, so llama-quantize sees exactly the weights the search quantized.
                 f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
             shutil.rmtree(folded)
             with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
-                quantize(build, f32, out, opts.qtype, opts.threads, metadata=metadata)
+                quantize(build, f32, out, opts.qtype, opts.threads, metadata=made_how)
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)

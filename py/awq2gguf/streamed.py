@@ -7,7 +7,7 @@ turn comes and lets them go after (awq.forward.Weights). What the search changes
 safetensors shard per part; write_folder() completes the folded Hugging Face folder from the
 checkpoint for the parts it never changed. Peak memory is one part plus the activations,
 whatever the number of blocks. When the GGUF will be Q4_0, the matrices are saved as the Q4_0
-they become (q4_0_gptq): the folded folder then takes an eighth of FP32's disk.
+they become (q4_0_as_gptq): the folded folder then takes an eighth of FP32's disk.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from . import q4_0_gptq
+from . import q4_0_as_gptq
 from .checkpoint import CheckpointError, architecture, copy_other_files, first_line
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
@@ -202,7 +202,7 @@ class StreamedModel:
             folded = [] if original else [n for n in names if n in self.saved]
             fresh = [n for n in names if n not in folded]
             stored = self.folded.read([s for n in folded for s in self.saved[n]])
-            tensors = {n: stored[n] if n in stored else q4_0_gptq.unpack(n, stored) for n in folded}
+            tensors = {n: stored[n] if n in stored else q4_0_as_gptq.unpack(n, stored) for n in folded}
             checkpoint = self.checkpoint.read([self.sources[n] for n in fresh])
             tensors.update((n, round_to_f16(checkpoint[self.sources[n]])) for n in fresh)
             self._assign(part, {local: tensors[self._name(part, local)] for local, _ in part.named_parameters()})
@@ -216,7 +216,7 @@ class StreamedModel:
             tensors = {}
             for local, p in part.named_parameters():
                 name, w = self._name(part, local), p.detach().contiguous()
-                stored = q4_0_gptq.pack(name, w) if self.as_q4_0 and q4_0_gptq.packable(name, w) else {name: w}
+                stored = q4_0_as_gptq.pack(name, w) if self.as_q4_0 and q4_0_as_gptq.packable(name, w) else {name: w}
                 tensors.update(stored)
                 self.saved[name] = list(stored)
             save_file(tensors, f)
@@ -268,7 +268,7 @@ class StreamedModel:
         self.model.config.save_pretrained(self.folded_dir)
         if self.as_q4_0:
             config = json.loads((self.folded_dir / "config.json").read_text())
-            config["quantization_config"] = q4_0_gptq.QUANTIZATION_CONFIG
+            config["quantization_config"] = q4_0_as_gptq.QUANTIZATION_CONFIG
             (self.folded_dir / "config.json").write_text(json.dumps(config, indent=2))
         copy_other_files(self.model_dir, self.folded_dir)
         return self.folded_dir

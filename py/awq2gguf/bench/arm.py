@@ -19,7 +19,8 @@ from typing import NamedTuple
 from ..assets.synthetic import SHAPES as MODEL_SHAPES
 from ..builds import get_build
 from ..paths import BUILD_DIR, ROOT
-from ..proc_io import Awq2ggufError, tool_failure
+from ..proc_io import tool_failure
+from . import BenchError
 
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
 PROXY_NOTE = ("guest instructions counted by QEMU: a deterministic proxy for work done, not a measurement of time "
@@ -55,10 +56,6 @@ TARGETS = [ArmTarget("sve", "128"), ArmTarget("sve", "256"), ArmTarget("sve", "5
            ArmTarget("a64fx", "a64fx")]
 
 
-class ArmBenchError(Awq2ggufError):
-    pass
-
-
 def bin_dir(build: str, variant: str) -> Path:
     """Where scripts/build-arm.sh puts the programs of one cross-built tree."""
     return BUILD_DIR / f"arm-{variant}-{build}" / "bin"
@@ -67,7 +64,7 @@ def bin_dir(build: str, variant: str) -> Path:
 def workload(build: str, variant: str) -> Path:
     exe = bin_dir(build, variant) / "mul_mat_q4_0"
     if not exe.is_file():
-        raise ArmBenchError(f"{exe} is missing: run `make arm-build`")
+        raise BenchError(f"{exe} is missing: run `make arm-build`")
     return exe
 
 
@@ -79,7 +76,7 @@ def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
         proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
                               env=env, capture_output=True, text=True, timeout=3600)
         if proc.returncode != 0 or not out.is_file():
-            raise tool_failure(f"{exe} {shape} at {target}", proc.returncode, proc.stderr, ArmBenchError)
+            raise tool_failure(f"{exe} {shape} at {target}", proc.returncode, proc.stderr, BenchError)
         return int(out.read_text().split()[-1])
 
 

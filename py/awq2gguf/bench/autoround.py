@@ -18,10 +18,10 @@ from pathlib import Path
 from ..builds import Build
 from ..convert import vendored_gguf_env
 from ..proc_io import atomic_path, tool_failure
-from ..quantize import quantize
+from ..llama_quantize import quantize
 from .eval_text import calibration_windows
 from .gguf_tensors import read_tensor_infos
-from .llama_bench import BenchError
+from . import BenchError
 from .peak_rss import run_with_peak_rss
 
 VERSION = "0.16.1"

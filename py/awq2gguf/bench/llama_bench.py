@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..proc_io import Awq2ggufError, tool_failure
+from ..proc_io import tool_failure
+from . import BenchError
 from .peak_rss import run_with_peak_rss
 
 
@@ -18,9 +19,6 @@ class Run:
     tokens_per_s: float
     peak_rss_bytes: int
 
-
-class BenchError(Awq2ggufError):
-    pass
 
 
 def parse_llama_bench_json(text: str) -> float:

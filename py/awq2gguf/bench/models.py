@@ -7,7 +7,7 @@ from pathlib import Path
 from ..builds import Build, get_build
 from ..assets.dev_models import f16_gguf
 from ..paths import MODELS_DIR
-from ..quantize import quantize
+from ..llama_quantize import quantize
 from ..assets.synthetic import SHAPES, write_synthetic_gguf
 
 

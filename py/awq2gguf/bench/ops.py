@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from .llama_bench import BenchError
+from . import BenchError
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CASE = re.compile(r"^\s*(\w+\(.*\)):\s+(\d+) runs -\s+([\d.]+) us/run", re.M)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from ..builds import Build
-from .llama_bench import BenchError
+from . import BenchError
 
 _NUM = r"([-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))"
 _FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")

@@ -12,7 +12,8 @@ from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...host import PRECISIONS
 from ...paths import MODELS_DIR
-from .. import autoround, awq_compare, perplexity
+from .. import autoround, perplexity
+from ..awq import autoawq_available, make_variants, measured_rows
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log
 from ..models import quantized_by
@@ -101,7 +102,7 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
     each took to make."""
     check_text(text)
-    if autoawq and not awq_compare.autoawq_available():
+    if autoawq and not autoawq_available():
         raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
     if autoround_iters and not autoround.available():
         raise click.ClickException(f"AutoRound is not installed ({autoround.COMMAND}): run `make autoround`")
@@ -110,14 +111,14 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         build = get_build(build_name)
         f16 = f16_gguf(dev_model)
         plain = quantized_by(build, f16, "Q4_0", log)
-        made = awq_compare.make_variants(
+        made = make_variants(
             build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
-            calib_tokens, awq_compare.autoawq_available() if autoawq is None else autoawq, threads, seeds,
+            calib_tokens, autoawq_available() if autoawq is None else autoawq, threads, seeds,
             tune_steps, drop_list, autoround_iters, precisions, log)
         log("computing FP16 logits, then each variant's PPL and KLD")
         base_logits = Path(tmp) / "base.kld"
         fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]
-        rows = awq_compare.rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
+        rows = measured_rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
     report = AwqReport(kind="awq", model=DEV_MODELS[dev_model].title, dev_model=dev_model, build=build_name,
                        text=str(text), ctx=ctx, chunks=chunks, calib_samples=calib_samples, calib_tokens=calib_tokens,
                        seeds=list(seeds), fp16_ppl=fp16_ppl, busy_warning=busy, rows=rows)

@@ -12,7 +12,7 @@ from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ...builds import get_build
 from ...paths import MODELS_DIR
 from ...tune import MODES
-from .. import awq_compare
+from ..awq import awq2gguf
 from ..cli_shared import CALIB, JSON, THREADS, check_machine, finish, log
 from ..peak_rss import peak_disk
 from ..reports import Report, report_kinds
@@ -81,7 +81,7 @@ def awq_cost(shape, calib_samples, calib_tokens, tune_steps, tune_mode, threads,
     if tune_steps:
         args += ["--tune-steps", str(tune_steps), "--tune-mode", tune_mode]
     with tempfile.TemporaryDirectory(dir=MODELS_DIR) as tmp, peak_disk(Path(tmp)) as disk:
-        made = awq_compare.awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
+        made = awq2gguf(f"awq2gguf {shape}", model_dir, Path(tmp) / "out.gguf", args,
                                     get_build("patched"))
         out_mib = made.path.stat().st_size / 2**20
     report = AwqCostReport(kind="awq-cost", shape=shape, threads=threads, calib_samples=calib_samples,

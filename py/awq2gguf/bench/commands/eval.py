@@ -12,7 +12,7 @@ import click
 from ...builds import get_build
 from ...proc_io import Awq2ggufError
 from .. import perplexity, plots, results
-from ..accuracy import evaluate_model
+from ..eval import evaluate_model
 from ..cli_shared import (BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,
                           log, progress)
 from ..models import dev_model_suite

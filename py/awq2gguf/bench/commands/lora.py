@@ -15,10 +15,11 @@ from ...builds import get_build
 from ...convert import convert_hf_to_gguf
 from ...paths import MODELS_DIR
 from ...pipeline import Options
-from .. import awq_compare, perplexity
+from .. import perplexity
+from ..awq import Made, awq2gguf, calibration_file
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
     log
-from ..finetune import make_adapter, training_lines
+from ..lora import make_adapter, training_lines
 from ..reports import Report, report_kinds
 from ..tables import Table
 
@@ -32,7 +33,7 @@ class LoraReport(Report):
     text: str
     ctx: int
     chunks: int
-    adapter: dict          # how it was trained (finetune.make_adapter's training.json)
+    adapter: dict          # how it was trained (bench.lora.make_adapter's training.json)
     drop_blocks: int
     rows: list[dict]       # per file: label, size, PPL, make time, peak RSS
 
@@ -80,17 +81,17 @@ def lora(build_name, text, ctx, chunks, lines, steps, drop_blocks, threads, dev_
         log(f"adapter {adapter}")
         merged = lora_merge.merge(model_dir, lora_merge.read_adapter(adapter), Path(tmp) / "merged")
         merged_f16 = convert_hf_to_gguf(merged, Path(tmp) / "merged-f16.gguf", "f16")
-        calib = awq_compare.calibration_file(model_dir, text, Options.calib_samples, Options.calib_tokens,
+        calib = calibration_file(model_dir, text, Options.calib_samples, Options.calib_tokens,
                                                  out_dir / "calibration.txt")
         args = ["--calib", str(calib), "--threads", str(threads)]
-        made = [awq_compare.Made("FP16", f16), awq_compare.Made("FP16 + adapter (merged)", merged_f16)]
+        made = [Made("FP16", f16), Made("FP16 + adapter (merged)", merged_f16)]
         for label, name, extra in [
                 ("all-Q4_0 awq2gguf", "awq2gguf.gguf", []),
                 ("all-Q4_0 awq2gguf --lora", "awq2gguf-lora.gguf", ["--lora", str(adapter)]),
                 (f"all-Q4_0 awq2gguf --lora --drop-blocks {drop_blocks}", f"awq2gguf-lora-drop{drop_blocks}.gguf",
                  ["--lora", str(adapter), "--drop-blocks", str(drop_blocks)])]:
             log(f"awq2gguf {' '.join(extra)}")
-            made.append(awq_compare.awq2gguf(label, model_dir, out_dir / name, args + extra, build))
+            made.append(awq2gguf(label, model_dir, out_dir / name, args + extra, build))
         rows = [dict(label=m.label, size_mib=m.path.stat().st_size / 2**20, make_s=m.seconds,
                      peak_rss_mib=m.peak_rss / 2**20 if m.peak_rss else None,
                      **perplexity.on_text(build, m.path, text, ctx, chunks, threads)) for m in made]

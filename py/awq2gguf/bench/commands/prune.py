@@ -13,11 +13,12 @@ from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...paths import MODELS_DIR
 from ...prune import METHODS
-from .. import awq_compare, perplexity, plots
-from ..accuracy import evaluate_model
+from .. import perplexity, plots
+from ..awq import calibration_file
+from ..eval import evaluate_model
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log, progress
-from ..prune_compare import interleaved_speed, make_pruned
+from ..prune import interleaved_speed, make_pruned
 from ..reports import Report, report_kinds
 from ..tables import Table
 from ..tasks import TASKS, load_items
@@ -107,7 +108,7 @@ def prune(build_name, text, ctx, chunks, counts, methods, calib_samples, calib_t
         build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
         out_dir = MODELS_DIR / "prune" / dev_model
         out_dir.mkdir(parents=True, exist_ok=True)
-        calib = awq_compare.calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / "calibration.txt")
+        calib = calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / "calibration.txt")
         args = ["--calib", str(calib), "--calib-samples", str(calib_samples), "--calib-tokens",
                 str(calib_tokens), "--threads", str(threads)]
         made = make_pruned(build, model_dir, out_dir, args, counts, methods, log)

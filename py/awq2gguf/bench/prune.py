@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..builds import Build
 from ..metadata import provenance
-from .awq_compare import Made, awq2gguf
+from .awq import Made, awq2gguf
 from .llama_bench import RUNNERS
 
 

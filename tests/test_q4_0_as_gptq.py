@@ -8,38 +8,39 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from awq2gguf import q4_0_gptq
+from awq2gguf import q4_0_as_gptq
 from awq2gguf.awq.apply import apply_awq
 from awq2gguf.convert import ConvertError, convert_hf_to_gguf
+from awq2gguf.metadata import overrides, provenance
 from awq2gguf.q4_0 import q4_0_fake_quant
-from awq2gguf.quantize import quantize
+from awq2gguf.llama_quantize import quantize
 from awq2gguf.streamed import StreamedModel
 from test_q4_0 import weights_with_tails
 
 
 def test_unpack_gives_the_q4_0_values():
     w = torch.from_numpy(weights_with_tails(0, 72, 896))
-    stored = q4_0_gptq.pack("m.weight", w)
+    stored = q4_0_as_gptq.pack("m.weight", w)
     assert set(stored) == {"m.qweight", "m.qzeros", "m.scales", "m.g_idx"}
     assert stored["m.qweight"].shape == (112, 72) and stored["m.scales"].shape == (28, 72)
-    assert torch.equal(q4_0_gptq.unpack("m.weight", stored), q4_0_fake_quant(w))
+    assert torch.equal(q4_0_as_gptq.unpack("m.weight", stored), q4_0_fake_quant(w))
 
 
 def test_packs_in_row_steps(monkeypatch):
     w = torch.randn(48, 64)
-    whole = q4_0_gptq.pack("m.weight", w)
-    monkeypatch.setattr(q4_0_gptq, "ROWS_PER_STEP", 16)
-    stepped = q4_0_gptq.pack("m.weight", w)
+    whole = q4_0_as_gptq.pack("m.weight", w)
+    monkeypatch.setattr(q4_0_as_gptq, "ROWS_PER_STEP", 16)
+    stepped = q4_0_as_gptq.pack("m.weight", w)
     assert all(torch.equal(whole[n], stepped[n]) for n in whole)
-    assert torch.equal(q4_0_gptq.unpack("m.weight", stepped), q4_0_fake_quant(w))
+    assert torch.equal(q4_0_as_gptq.unpack("m.weight", stepped), q4_0_fake_quant(w))
 
 
 def test_only_matrices_in_a_shape_gptq_holds_are_packed():
-    assert q4_0_gptq.packable("a.weight", torch.zeros(8, 32))
-    assert not q4_0_gptq.packable("a.weight", torch.zeros(32))  # a norm
-    assert not q4_0_gptq.packable("a.bias", torch.zeros(8, 32))
-    assert not q4_0_gptq.packable("a.weight", torch.zeros(12, 32))  # zero points pack 8 rows
-    assert not q4_0_gptq.packable("a.weight", torch.zeros(8, 48))
+    assert q4_0_as_gptq.packable("a.weight", torch.zeros(8, 32))
+    assert not q4_0_as_gptq.packable("a.weight", torch.zeros(32))  # a norm
+    assert not q4_0_as_gptq.packable("a.bias", torch.zeros(8, 32))
+    assert not q4_0_as_gptq.packable("a.weight", torch.zeros(12, 32))  # zero points pack 8 rows
+    assert not q4_0_as_gptq.packable("a.weight", torch.zeros(8, 48))
 
 
 def _folder_bytes(folder):
@@ -65,12 +66,13 @@ def test_a_q4_0_folder_converts_to_the_file_llama_quantize_makes(tiny_hf, builds
     assert _folder_bytes(folders[True]) < 0.2 * _folder_bytes(folders[False])
     assert json.loads((folders[True] / "config.json").read_text())["quantization_config"]["quant_method"] == "gptq"
 
-    metadata = {"awq2gguf.n": "int:3", "awq2gguf.x": "float:0.25", "awq2gguf.s": "str:made here",
-                "awq2gguf.b": "bool:true"}
+    # A string cut to the 127 bytes an override holds, not inside a character; None left out.
+    metadata = overrides({"n": 3, "x": 0.25, "s": "é" * 100, "b": True, "ppl": [12.5, 11.25], "none": None})
     f32 = convert_hf_to_gguf(folders[False], tmp_path / "f32.gguf", "f32")
     old = quantize(builds["patched"], f32, tmp_path / "old.gguf", "Q4_0", metadata=metadata)
     new = convert_hf_to_gguf(folders[True], tmp_path / "new.gguf", "q4_0", metadata)
     assert old.read_bytes() == new.read_bytes()
+    assert provenance(new) == [("n", "3"), ("x", "0.25"), ("s", "é" * 63), ("b", "True"), ("ppl", "12.5,11.25")]
 
 
 def test_the_converter_refuses_a_malformed_metadata_item(tiny_hf, tmp_path):

@@ -3,7 +3,7 @@
 import json
 
 from awq2gguf import lora
-from awq2gguf.bench.finetune import make_adapter, training_lines
+from awq2gguf.bench.lora import make_adapter, training_lines
 
 
 def test_training_lines_come_from_the_second_half_without_headings():

@@ -23,10 +23,10 @@ from pathlib import Path
 from ..builds import Build
 from ..pipeline import Options
 from ..proc_io import tool_failure
-from ..quantize import quantize
+from ..llama_quantize import quantize
 from . import autoround
 from .eval_text import calibration_windows
-from .llama_bench import BenchError
+from . import BenchError
 from .peak_rss import run_with_peak_rss
 
 
@@ -152,7 +152,7 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     return made
 
 
-def rows(made: list[Made], fp16_ppl: float, metrics) -> list[dict]:
+def measured_rows(made: list[Made], fp16_ppl: float, metrics) -> list[dict]:
     """Table rows: `metrics(path)` (PPL, KLD vs FP16) plus the share of plain all-Q4_0's
     perplexity gap to FP16 each method closes."""
     out = [dict(model=m.label, size_mib=m.path.stat().st_size / 2**20, make_s=m.seconds,

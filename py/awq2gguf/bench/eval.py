@@ -12,7 +12,7 @@ from typing import Callable
 
 from ..builds import Build
 from ..proc_io import stream_tool
-from .llama_bench import BenchError
+from . import BenchError
 from .mc_score import choose
 from .tasks import TASKS, Item, Task
 
