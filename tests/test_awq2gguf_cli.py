@@ -14,6 +14,8 @@ import torch
 from click.testing import CliRunner
 from gguf import GGMLQuantizationType, GGUFReader
 
+from awq2gguf.assets.synthetic import SHAPES
+from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
 from conftest import generate, llama_cpp_logits
@@ -55,10 +57,22 @@ def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, t
     assert leftovers(tmp_path) == []
 
 
-def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_path):
-    """Default calibration (the model samples its own text), then llama.cpp's logits vs torch's FP ones."""
+def cosine(a, b) -> float:
+    """The smallest, over positions, cosine similarity of two sets of centred logits."""
+    a, b = a - a.mean(-1, keepdims=True), b - b.mean(-1, keepdims=True)
+    return float(((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)).min())
+
+
+def fp_logits(model_dir) -> np.ndarray:
     from transformers import AutoModelForCausalLM
 
+    with torch.no_grad():
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)(
+            torch.tensor([PROMPT_IDS])).logits[0].numpy()
+
+
+def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_path):
+    """Default calibration (the model samples its own text), then llama.cpp's logits vs torch's FP ones."""
     model_dir = tiny_hf("Qwen2ForCausalLM", "tiny-tied")
     out = tmp_path / "out.gguf"
     result = run(model_dir, out, *FAST)
@@ -66,17 +80,39 @@ def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_
     # 4 + 4 held-out sequences, each from one of the prompts (the default).
     assert GGUFReader(out).fields["awq2gguf.calibration.source"].contents() == "generated:seed=0,prompts=8"
 
-    with torch.no_grad():
-        fp = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)(
-            torch.tensor([PROMPT_IDS])).logits[0].numpy()
+    fp = fp_logits(model_dir)
     f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
-
-    def cosine(a, b):
-        a, b = a - a.mean(-1, keepdims=True), b - b.mean(-1, keepdims=True)
-        return float(((a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)).min())
 
     # The unquantized conversion matches torch closely: the comparison itself is sound.
     assert cosine(llama_cpp_logits(builds["patched"], f16, PROMPT_IDS), fp) > 0.999
+    for build in builds.values():
+        assert cosine(llama_cpp_logits(build, out, PROMPT_IDS), fp) > 0.95
+
+
+# Llama 3's RoPE frequency scaling, with the original context so short that most of a tiny head's
+# frequencies are scaled.
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16}
+
+
+def test_llama3_rope_scaling_and_a_tied_output_as_in_llama_3_2(builds, tmp_path):
+    """The llama3 frequency scaling reaches the GGUF (its rope_freqs tensor) and both builds apply it."""
+    model_dir = write_synthetic_hf(SHAPES["tiny-tied"], tmp_path / "llama3", "LlamaForCausalLM",
+                                   rope_scaling=LLAMA3_ROPE)
+    unscaled_dir = write_synthetic_hf(SHAPES["tiny-tied"], tmp_path / "unscaled", "LlamaForCausalLM")
+    out = tmp_path / "out.gguf"
+    result = run(model_dir, out, *FAST)
+    assert result.exit_code == 0, result.output
+    names = {t.name for t in GGUFReader(out).tensors}
+    assert "rope_freqs.weight" in names and "output.weight" not in names
+
+    fp = fp_logits(model_dir)
+    # Same weights, so the scaling alone moves the logits (1 - cosine about 2e-4 in a random model);
+    # the F16 conversion must be a hundred times closer to the scaled model than that (about 2e-7).
+    scaling = 1 - cosine(fp_logits(unscaled_dir), fp)
+    f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
+    for build in builds.values():
+        assert 1 - cosine(llama_cpp_logits(build, f16, PROMPT_IDS), fp) < 0.01 * scaling
     for build in builds.values():
         assert cosine(llama_cpp_logits(build, out, PROMPT_IDS), fp) > 0.95
 
@@ -95,7 +131,7 @@ def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_te
     """Whatever the search did, if the model is further from FP than plain Q4_0 on the held-out
     samples, OUT is plain Q4_0 of the original weights, and says so."""
     from awq2gguf.awq import apply
-    from awq2gguf.quantize import quantize
+    from awq2gguf.llama_quantize import quantize
 
     choose = apply._choose_block
 

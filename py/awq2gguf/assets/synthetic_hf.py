@@ -26,15 +26,16 @@ def qwen2_tokenizer():
 
 
 def write_synthetic_hf(shape: ModelShape, out: Path, arch: str = "Qwen2ForCausalLM", seed: int = 0,
-                       dtype: torch.dtype = torch.bfloat16) -> Path:
-    """`shape` as a HF folder of `arch` (weights in `dtype`, as checkpoints ship); same seed, same weights."""
+                       dtype: torch.dtype = torch.bfloat16, **config_items) -> Path:
+    """`shape` as a HF folder of `arch` (weights in `dtype`, as checkpoints ship), with config_items
+    added to its config (e.g. rope_scaling); same seed, same weights."""
     import transformers
 
     config = getattr(transformers, ARCHITECTURES[arch])(
         vocab_size=shape.n_vocab, hidden_size=shape.n_embd, intermediate_size=shape.n_ff,
         num_hidden_layers=shape.n_layer, num_attention_heads=shape.n_head, num_key_value_heads=shape.n_head_kv,
         head_dim=shape.head_dim, max_position_embeddings=shape.n_ctx_train, rope_theta=shape.rope_theta,
-        rms_norm_eps=shape.rms_eps, tie_word_embeddings=shape.tied_embeddings, architectures=[arch])
+        rms_norm_eps=shape.rms_eps, tie_word_embeddings=shape.tied_embeddings, architectures=[arch], **config_items)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     with atomic_path(out) as tmp:
