@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from awq2gguf.bench.llama_bench import BenchError, Run, parse_llama_bench_json
+from awq2gguf.bench import BenchError
+from awq2gguf.bench.llama_bench import Run, parse_llama_bench_json
 from awq2gguf.bench.machine import threads_warning
 from awq2gguf.bench.speed import BuildResult, paired_ratios
 
@@ -120,7 +121,9 @@ def test_every_saved_report_loads_back_into_its_type_and_renders():
     from awq2gguf.bench.cli import COMMANDS
     from awq2gguf.bench.reports import REPORT_TYPES
 
-    assert {c.name for c in COMMANDS} == set(REPORT_TYPES)
+    names = {c.name for c in COMMANDS}
+    # every command saves a report; a mode of one (serve --soak) may save a kind of its own
+    assert names <= set(REPORT_TYPES) and all(k.rsplit("-", 1)[0] in names or k in names for k in REPORT_TYPES)
     raw = sorted((Path(__file__).parents[1] / "bench" / "results" / "raw").glob("*.json"))
     assert raw
     for path in raw:
@@ -131,3 +134,15 @@ def test_every_saved_report_loads_back_into_its_type_and_renders():
         table = report.titled_table()
         assert table.rows and all(len(row) == len(table.headers) for row in table.rows), path.name
         assert tables.markdown(table).count("\n| ") == len(table.rows) + 2  # the header, its rule, the rows
+
+
+def test_soak_summary_windows_and_rss_growth():
+    from awq2gguf.bench.serve import summarise_soak
+
+    run = {"ends_s": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], "errors": ["request 3: APIError: x"],
+           "rss": [(0, 100), (0.9, 150), (1.0, 200), (5, 210), (9.5, 205)]}
+    s = summarise_soak(run, windows=2, warm_up=0.1)
+    assert s["requests_per_s_windows"] == [1.0, 1.0] and s["requests_per_s"] == 1.0
+    assert (s["requests"], s["errors"], s["wall_s"]) == (10, 1, 10)
+    # warm-up ends with the first request (t = 1): RSS 200 there, 210 at most after
+    assert s["rss_growth"] == pytest.approx(0.05) and s["rss_warm_mib"] == 200 / 2**20

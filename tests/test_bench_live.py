@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from awq2gguf.bench.accuracy import run_mc_task
+from awq2gguf.bench.eval import run_mc_task
 from awq2gguf.bench.ops import short_case
 from awq2gguf.bench.tasks import Item, Task
 from awq2gguf.assets.dev_models import source_gguf
@@ -120,3 +120,16 @@ def test_serve_measures_both_builds_at_each_client_count(tiny_q4_0, tmp_path):
     assert all(len(reps) == 2 for reps in report["runs"].values())
     md = bench(tmp_path, "report")
     assert md.returncode == 0 and "| build | clients | requests | requests/s |" in md.stdout
+
+
+def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, tmp_path):
+    proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--soak", "30",
+                 "--clients", "1,3", "--prompt-words", "8", "--n-gen", "4", "--builds", "patched", "--threads", "2",
+                 "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    (row,) = report["rows"]
+    assert (row["build"], row["requests"], row["errors"], report["clients"]) == ("patched", 30, 0, 3)
+    assert len(row["requests_per_s_windows"]) == 10 and row["requests_per_s"] > 0
+    assert row["rss_max_mib"] >= row["rss_warm_mib"] > 10  # the server process, not the client
+    assert len(report["runs"]["patched"]["ends_s"]) == 30

@@ -1,13 +1,17 @@
 """awq2gguf-serve driven as its users would: the OpenAI client, concurrent clients, a browser."""
 
 import shutil
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import hypothesis
 import openai
 import pytest
+import schemathesis
 from click.testing import CliRunner
+from gguf import GGUFReader
 
 from awq2gguf.serve.cli import main as serve_main
 from awq2gguf.serve.process import served
@@ -22,15 +26,15 @@ def client(url, key="none") -> openai.OpenAI:
 @pytest.fixture(scope="module")
 def server(smollm2_q4_0):
     """Loopback, no key, a 1024-token context and 256-token answers."""
-    with served(smollm2_q4_0, "patched", 2, "--ctx", "1024", "--max-tokens", "256") as url:
-        yield url
+    with served(smollm2_q4_0, "patched", 2, "--ctx", "1024", "--max-tokens", "256") as s:
+        yield s.url
 
 
 @pytest.fixture(scope="module")
 def keyed_server(smollm2_q4_0):
     """With an API key, and a queue of one request."""
-    with served(smollm2_q4_0, "patched", 2, "--queue", "1", api_key=KEY) as url:
-        yield url
+    with served(smollm2_q4_0, "patched", 2, "--queue", "1", api_key=KEY) as s:
+        yield s.url
 
 
 def test_openai_client_gets_a_completion_and_a_streamed_chat_completion(server):
@@ -98,6 +102,124 @@ def test_answers_name_the_model_by_its_alias_never_by_its_path(server, smollm2_q
     chunks = api.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
                                          stream=True)
     assert {c.model for c in chunks} == {smollm2_q4_0.stem}
+
+
+@pytest.fixture(scope="module")
+def short_server(smollm2_q4_0):
+    """Answers of at most 4 tokens: many generated requests in little time."""
+    with served(smollm2_q4_0, "patched", 2, "--ctx", "512", "--max-tokens", "4") as s:
+        yield s
+
+
+@pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=lambda m: m.value)
+def test_requests_generated_from_the_openapi_schema_never_get_a_5xx(short_server, mode):
+    """Every operation of the server's OpenAPI schema, with bodies that fit it (positive) or break it
+    (negative: wrong types, missing fields, values out of range): a client's request never makes the
+    server fail. Bounded: 25 requests per operation and mode, not shrunk."""
+    schema = schemathesis.openapi.from_url(f"{short_server.url}/openapi.json")
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {"/v1/completions", "/v1/chat/completions"} <= {op.path for op in operations}
+    failures = []
+    for operation in operations:
+        @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
+        @hypothesis.settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                             phases=[hypothesis.Phase.generate], suppress_health_check=list(hypothesis.HealthCheck))
+        def check(case):
+            response = case.call(base_url=short_server.url, timeout=120)
+            assert response.status_code < 500, (f"{case.method} {case.path} {case.body!r} -> "
+                                                f"{response.status_code} {response.text[:300]}")
+        try:
+            check()
+        except AssertionError as e:
+            failures.append(str(e).splitlines()[0])
+    assert not failures, "\n".join(failures)
+
+
+# Bodies that crashed the server (a token id beyond the vocabulary, a grammar that does not parse),
+# or got a 500 from llama-cpp-python, before the checks in front of it.
+MALFORMED = [
+    ("/extras/detokenize", {"tokens": [99999999]}, "token id 99999999 is not one of this model's 49152 token ids"),
+    ("/extras/detokenize", {"tokens": "abc"}, "invalid request: body.tokens: Input should be a valid list"),
+    ("/v1/completions", {"prompt": "Hi", "grammar": "root ::= undefined-rule"}, "the grammar does not parse"),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {"abc": 1}}, "token id 'abc' is not one of this model's"),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {"49152": 1}}, "token id '49152' is not one of this model's"),
+    ("/v1/completions", {"prompt": ["Hi", "there"]}, "prompt: one text per request"),
+    ("/v1/completions", {"prompt": [1, 2, 3]}, "prompt: one text per request"),
+    ("/v1/completions", {}, "the prompt is empty"),
+    ("/v1/completions", {"prompt": "Hi", "temperature": "hot"}, "invalid request: body.temperature"),
+    ("/v1/chat/completions", {"messages": "Hi"}, "invalid request: body.messages: Input should be a valid list"),
+    ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, "invalid request: body.messages.0"),
+    ("/v1/chat/completions", {"messages": [{"role": "system", "content": None}]},
+     "the prompt cannot be made of this request: TypeError"),
+]
+
+
+@pytest.mark.parametrize("path, body, message", MALFORMED, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(MALFORMED)])
+def test_malformed_requests_get_400_with_the_reason(short_server, path, body, message):
+    r = httpx.post(f"{short_server.url}{path}", json=body, timeout=120)
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith(message), r.text[:300]
+
+
+def test_null_is_the_default_and_embeddings_are_not_served(short_server):
+    r = httpx.post(f"{short_server.url}/v1/completions", timeout=120,
+                   json={"prompt": "Hi", "frequency_penalty": None, "stop": None, "max_tokens": None})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
+    assert httpx.post(f"{short_server.url}/v1/embeddings", json={"input": "Hi"}).status_code == 404
+    assert "/v1/embeddings" not in httpx.get(f"{short_server.url}/openapi.json").json()["paths"]
+
+
+def test_the_server_answers_after_the_generated_requests(short_server):
+    assert client(short_server.url).completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+
+
+def _end_of_text_banned(model) -> dict[str, float]:
+    """logit_bias keeping the model from ending its answer: every end-of-generation token banned."""
+    fields = GGUFReader(model).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    ends = {tokens.index(t) for t in ("<|endoftext|>", "<|im_end|>") if t in tokens}
+    ends.add(fields["tokenizer.ggml.eos_token_id"].contents())
+    return {str(t): -100 for t in ends}
+
+
+@pytest.fixture(scope="module")
+def long_server(smollm2_q4_0):
+    """A queue of one request and answers of up to 4000 tokens (tens of seconds each)."""
+    with served(smollm2_q4_0, "patched", 2, "--queue", "1", "--ctx", "4096", "--max-tokens", "4000") as s:
+        yield s
+
+
+def test_a_client_that_disconnects_frees_its_place_at_once(long_server, smollm2_q4_0):
+    api = client(long_server.url)
+    stream = api.completions.create(model="m", prompt="1, 2, 3, 4,", max_tokens=4000, temperature=0, stream=True,
+                                    logit_bias=_end_of_text_banned(smollm2_q4_0))
+    chunks = iter(stream)
+    next(chunks), next(chunks)
+    stream.close()
+    start = time.monotonic()
+    while True:  # 503 while the abandoned answer would still hold the one place
+        try:
+            api.completions.create(model="m", prompt="Hello", max_tokens=2)
+            break
+        except openai.InternalServerError as e:
+            assert e.status_code == 503
+            assert time.monotonic() - start < 10, "the abandoned answer kept running"
+            time.sleep(0.1)
+
+
+def test_sigterm_lets_an_open_stream_finish_then_exits_0(smollm2_q4_0):
+    with served(smollm2_q4_0, "patched", 2) as s:
+        api = client(s.url)
+        whole = api.completions.create(model="m", prompt="Once upon a time", max_tokens=48, temperature=0,
+                                       logit_bias=_end_of_text_banned(smollm2_q4_0)).choices[0].text
+        chunks = iter(api.completions.create(model="m", prompt="Once upon a time", max_tokens=48, temperature=0,
+                                             logit_bias=_end_of_text_banned(smollm2_q4_0), stream=True))
+        first = next(chunks).choices[0].text
+        s.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        with pytest.raises(httpx.ConnectError):  # no new connections once stopping
+            httpx.get(f"{s.url}/v1/models")
+        assert first + "".join(c.choices[0].text for c in chunks) == whole
+        assert s.process.wait(timeout=30) == 0
 
 
 def test_the_api_key_is_required_when_set(keyed_server):

@@ -4,17 +4,23 @@ Each client sends its requests one after another, each a streamed completion of 
 request starts with (llama-cpp-python reuses the longest cached prefix, which would skip the
 prefill) and exactly n_gen tokens (min_tokens holds off end-of-generation). Measured per level:
 requests/s over the level's wall time, and time to first token (queueing and prefill) per request.
+
+A soak run instead sends many requests from one count of clients to one server per build, and
+records each request's end (or its error) and the server's RSS every half second: requests/s over
+time, errors, and how much the RSS grows after the warm-up.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import openai
+import psutil
 
 from ..builds import Build
 from ..serve.process import served
@@ -28,18 +34,27 @@ def prompt(i: int, words: int) -> str:
     return " ".join([f"Request{i}:", *(FILLER[j % len(FILLER)] for j in range(words - 1))])
 
 
+def _streamed_request(api: openai.OpenAI, i: int, prompt_words: int, n_gen: int) -> float:
+    """Request i streamed to its end; its time to first token in seconds."""
+    start = time.perf_counter()
+    ttft = None
+    stream = api.completions.create(model="m", prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
+                                    stream=True, extra_body={"min_tokens": n_gen})
+    for _ in stream:
+        ttft = ttft or time.perf_counter() - start
+    return ttft
+
+
+def _api(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
+
+
 def load_level(url: str, clients: int, requests_per_client: int, prompt_words: int, n_gen: int,
                first_id: int) -> dict:
-    api = openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=600)
+    api = _api(url)
 
     def one(i: int) -> float:
-        start = time.perf_counter()
-        ttft = None
-        stream = api.completions.create(model="m", prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
-                                        stream=True, extra_body={"min_tokens": n_gen})
-        for _ in stream:
-            ttft = ttft or time.perf_counter() - start
-        return ttft
+        return _streamed_request(api, i, prompt_words, n_gen)
 
     def client(c: int) -> list[float]:
         return [one(first_id + c * requests_per_client + r) for r in range(requests_per_client)]
@@ -60,10 +75,10 @@ def run_serve_bench(builds: list[Build], model: Path, threads: int, levels: tupl
     out = {b.name: [] for b in builds}
     for rep in range(reps):
         for build in builds if rep % 2 == 0 else builds[::-1]:
-            with served(model, build.name, threads) as url:
+            with served(model, build.name, threads) as server:
                 results, first_id = [], 0
                 for clients in levels:
-                    results.append(load_level(url, clients, requests_per_client, prompt_words, n_gen, first_id))
+                    results.append(load_level(server.url, clients, requests_per_client, prompt_words, n_gen, first_id))
                     first_id += clients * requests_per_client
                     on_level()
             out[build.name].append(results)
@@ -85,3 +100,57 @@ def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> lis
                          "ttft_ms_max": max(rep[i]["ttft_ms_max"] for rep in reps),
                          "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}})
     return rows
+
+
+def soak(url: str, pid: int, clients: int, requests: int, prompt_words: int, n_gen: int,
+         on_request: Callable[[], None] = lambda: None) -> dict:
+    """`requests` requests shared by `clients` clients, each sending one after another. Returns each
+    request's end in seconds from the start, the errors (as text) and (time, server RSS bytes) samples."""
+    api, server = _api(url), psutil.Process(pid)
+    ends, errors, rss = [], [], []
+    next_id = iter(range(requests))
+    lock, stop = threading.Lock(), threading.Event()
+    start = time.perf_counter()
+
+    def sample():
+        while True:
+            rss.append((time.perf_counter() - start, server.memory_info().rss))
+            if stop.wait(0.5):
+                return
+
+    def client(_c: int):
+        while True:
+            with lock:
+                i = next(next_id, None)
+            if i is None:
+                return
+            try:
+                _streamed_request(api, i, prompt_words, n_gen)
+            except openai.OpenAIError as e:
+                errors.append(f"request {i}: {type(e).__name__}: {e}")
+            ends.append(time.perf_counter() - start)
+            on_request()
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(client, range(clients)))
+    stop.set()
+    sampler.join()
+    return {"ends_s": sorted(ends), "errors": errors, "rss": rss}
+
+
+def summarise_soak(run: dict, windows: int, warm_up: float) -> dict:
+    """Requests/s in `windows` equal spans of the run, and the server's RSS growth from the end of the
+    warm-up (the first `warm_up` share of the requests) to the largest RSS after it."""
+    ends, rss = run["ends_s"], run["rss"]
+    wall = ends[-1]
+    edges = [wall * k / windows for k in range(windows + 1)]
+    per_window = [sum(a < t <= b for t in ends) / (b - a) for a, b in zip(edges, edges[1:])]
+    warm_s = ends[max(0, int(len(ends) * warm_up) - 1)]
+    after = [b for t, b in rss if t >= warm_s] or [rss[-1][1]]
+    at_warm = after[0]
+    return {"requests": len(ends), "errors": len(run["errors"]), "wall_s": wall,
+            "requests_per_s": len(ends) / wall, "requests_per_s_windows": per_window,
+            "rss_warm_mib": at_warm / 2**20, "rss_max_mib": max(after) / 2**20,
+            "rss_growth": max(after) / at_warm - 1}

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
 import socket
+import sys
 from pathlib import Path
 
 import click
@@ -50,12 +52,17 @@ def _gguf(_ctx, _param, path: Path) -> Path:
               help="Longest prompt (400 beyond it).  [default: --ctx minus --max-tokens]")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Generation requests running or waiting at once; more get 503. One runs at a time.")
-def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, queue):
+@click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
+              help="On SIGTERM, seconds the open answers get to finish before they are cut (new connections "
+                   "are refused at once).")
+def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, queue,
+         shutdown_timeout):
     """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat.
 
     The chat page streams each answer, shows its prefill and decode speed, and how
     the GGUF was made (its awq2gguf metadata). Requests are answered one at a time, in order;
-    a full queue answers 503, over-long prompts and answers 400.
+    a full queue answers 503, over-long prompts and answers 400. SIGTERM lets the open answers
+    finish (up to --shutdown-timeout), then exits 0.
     """
     if max_prompt_tokens is None:
         if max_tokens >= ctx:
@@ -70,6 +77,7 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     os.environ.update(get_build(build_name).env())  # before llama_cpp is imported
 
     import uvicorn
+    from sse_starlette.sse import AppStatus
 
     from .app import PAGE_PATH, create_app
     from .model import ServeOptions
@@ -82,4 +90,10 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"serving {model.name} with the {build_name} build on http://{shown}:{port}: "
                f"OpenAI API at /v1, chat page at {PAGE_PATH}", err=True)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    # sse-starlette cuts every open stream on the first signal; uvicorn's graceful shutdown lets
+    # them end, each at its max_tokens at most, and cancels them after the timeout.
+    AppStatus.disable_automatic_graceful_drain()
+    # uvicorn raises the signal that stopped it again once it has shut down: a SIGTERM that let
+    # the answers end is a normal stop.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)

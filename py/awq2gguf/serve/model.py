@@ -13,8 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
+import pydantic
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 from llama_cpp.server import app as server_app
+from llama_cpp.server.types import CreateChatCompletionRequest, CreateCompletionRequest
 
 from .limits import Limits
 
@@ -69,16 +71,64 @@ def prompt_tokens(llama, prompt: str) -> int:
     return len(llama.tokenize(prompt.encode("utf-8"), add_bos=True, special=True))
 
 
-def count_prompt_tokens(path: str, body: dict) -> int:
-    """Prompt tokens of an OpenAI completion or chat completion request body."""
+def count_prompt_tokens(path: str, body: dict) -> int | None:
+    """Prompt tokens of an OpenAI completion or chat completion request body; None if the body does
+    not fit the request's schema (the server's own validation answers it). ValueError if the prompt
+    cannot be made of it (the chat template fails on its messages)."""
+    chat = path.endswith("chat/completions")
+    try:
+        (CreateChatCompletionRequest if chat else CreateCompletionRequest).model_validate(body)
+    except pydantic.ValidationError:
+        return None
     llama = loaded_model()
-    if path.endswith("chat/completions"):
-        return prompt_tokens(llama, chat_prompt(llama, body["messages"]))
-    prompt = body["prompt"]
-    if isinstance(prompt, list):  # a batch of prompts, or one prompt as token ids
-        return len(prompt) if all(isinstance(t, int) for t in prompt) else max(
-            count_prompt_tokens(path, {"prompt": p}) for p in prompt)
-    return prompt_tokens(llama, prompt)
+    try:
+        if chat:
+            return prompt_tokens(llama, chat_prompt(llama, body["messages"]))
+        prompt = body.get("prompt", "")  # llama-cpp-python's default; a list holds one text (refusal)
+        return prompt_tokens(llama, prompt[0] if isinstance(prompt, list) else prompt)
+    except Exception as e:  # the template's own code: jinja2's errors, TypeError on a null content ...
+        raise ValueError(f"{type(e).__name__}: {e}") from e
+
+
+def _given_token_ids(path: str, body: dict) -> list:
+    """The token ids a request names as ids: /extras/detokenize's tokens, the keys of logit_bias
+    (unless they are texts)."""
+    ids = []
+    if path.endswith("detokenize") and isinstance(body.get("tokens"), list):
+        ids += body["tokens"]
+    if isinstance(body.get("logit_bias"), dict) and body.get("logit_bias_type") != "tokens":
+        ids += list(body["logit_bias"])
+    return ids
+
+
+def _grammar_parses(llama, grammar: str) -> bool:
+    sampler = llama_cpp.llama_sampler_init_grammar(llama_cpp.llama_model_get_vocab(llama.model),
+                                                   grammar.encode("utf-8"), b"root")
+    if sampler:
+        llama_cpp.llama_sampler_free(sampler)
+    return bool(sampler)
+
+
+def refusal(path: str, body: dict) -> str | None:
+    """Why llama-cpp-python must not be given this request: a prompt list other than one text (it
+    serves one prompt, as text), token ids outside the vocabulary (it crashes on some, fails on
+    others) or a grammar that does not parse (it crashes). None if none of these."""
+    prompt = body.get("prompt")
+    if path == "/v1/completions" and isinstance(prompt, list) and not (len(prompt) == 1 and isinstance(prompt[0], str)):
+        return "prompt: one text per request (not token ids, not a batch of prompts)"
+    llama = loaded_model()
+    n_vocab = llama.n_vocab()
+    for t in _given_token_ids(path, body):
+        try:
+            valid = not isinstance(t, (bool, float)) and 0 <= int(t) < n_vocab
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            return f"token id {t!r} is not one of this model's {n_vocab} token ids"
+    grammar = body.get("grammar")
+    if isinstance(grammar, str) and not _grammar_parses(llama, grammar):
+        return "the grammar does not parse: GBNF with a rule named root"
+    return None
 
 
 def perf_counters(llama) -> llama_cpp.llama_perf_context_data:

@@ -8,6 +8,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 
@@ -24,9 +25,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+class Served(NamedTuple):
+    url: str  # http://127.0.0.1:PORT
+    process: subprocess.Popen
+
+
 @contextmanager
 def served(model: Path, build: str, threads: int, *args: str, api_key: str | None = None, timeout: float = 180):
-    """Yields the base URL (http://127.0.0.1:PORT) once the server answers; stops it on exit."""
+    """Yields the server once it answers; stops it on exit (SIGTERM, then SIGKILL after 30 s)."""
     port = free_port()
     cmd = [sys.executable, "-m", "awq2gguf.serve", str(model), "--port", str(port), "--build", build,
            "-t", str(threads), *(["--api-key", api_key] if api_key else []), *args]
@@ -46,7 +52,7 @@ def served(model: Path, build: str, threads: int, *args: str, api_key: str | Non
             if time.monotonic() > deadline:
                 raise ServeFailed(f"awq2gguf-serve ({build} build) did not answer within {timeout:.0f} s")
             time.sleep(0.25)
-        yield url
+        yield Served(url, proc)
     finally:
         proc.terminate()
         try:

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
-from .. import serve_load
+from ...serve.process import served
+from ..serve import run_serve_bench, soak, summarise, summarise_soak
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
@@ -47,6 +48,34 @@ class ServeReport(Report):
         return Table(title, headers, rows)
 
 
+SOAK_WINDOWS = 10
+SOAK_WARM_UP = 0.1  # share of the requests before the RSS baseline
+
+
+@report_kinds("serve-soak")
+@dataclass(kw_only=True)
+class SoakReport(Report):
+    threads: int
+    model: str
+    clients: int
+    n_gen: int
+    prompt_words: int
+    rows: list[dict]  # per build: requests, errors, requests/s (whole run and per window), RSS after warm-up and growth
+    errors: dict[str, list[str]]  # build -> the first errors' text
+    runs: dict[str, dict]  # build -> each request's end, server RSS samples
+
+    def table(self) -> Table:
+        title = (f"awq2gguf-serve soak, {Path(self.model).name}: {self.clients} clients streaming completions of "
+                 f"~{self.prompt_words} words + {self.n_gen} tokens, {self.threads} thread(s); RSS growth from the "
+                 f"end of the first {SOAK_WARM_UP:.0%} of the requests to the largest after it")
+        headers = ["build", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
+                   "RSS after warm-up MiB", "RSS max MiB", "RSS growth"]
+        rows = [[r["build"], str(r["requests"]), str(r["errors"]), f"{r['requests_per_s']:.2f}",
+                 " ".join(f"{x:.2f}" for x in r["requests_per_s_windows"]), f"{r['rss_warm_mib']:.0f}",
+                 f"{r['rss_max_mib']:.0f}", f"{r['rss_growth']:+.1%}"] for r in self.rows]
+        return Table(title, headers, rows)
+
+
 @click.command()
 @THREADS
 @click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -63,17 +92,33 @@ class ServeReport(Report):
 @click.option("--n-gen", type=click.IntRange(min=1), default=64, show_default=True, help="Tokens per answer.")
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions per build, interleaved ABBA, each on a fresh server.")
+@click.option("--soak", "soak_n", type=click.IntRange(min=1), metavar="N",
+              help="Instead: N requests from the largest --clients count to one server per build: requests/s "
+                   "over time, errors and the server's RSS growth after warm-up.")
 @JSON
-def serve(threads, model, shape, qtype, build_names, levels, requests_per_client, prompt_words, n_gen, reps, as_json):
+def serve(threads, model, shape, qtype, build_names, levels, requests_per_client, prompt_words, n_gen, reps, soak_n,
+          as_json):
     """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
     completions through the OpenAI API, builds compared on the same file."""
     busy = check_machine(threads)
     builds = [get_build(n) for n in build_names]
     model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
+    if soak_n:
+        runs = {}
+        with progress("soak requests", soak_n * len(builds)) as advance:
+            for build in builds:
+                with served(model, build.name, threads, "--queue", str(max(levels))) as server:
+                    runs[build.name] = soak(server.url, server.process.pid, max(levels), soak_n, prompt_words, n_gen,
+                                            on_request=advance)
+        report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
+                            prompt_words=prompt_words, busy_warning=busy, errors={b: r["errors"][:20] for b, r in runs.items()},
+                            rows=[{"build": b, **summarise_soak(r, SOAK_WINDOWS, SOAK_WARM_UP)} for b, r in runs.items()],
+                            runs={b: {"ends_s": r["ends_s"], "rss": r["rss"]} for b, r in runs.items()})
+        return finish(report, as_json)
     with progress("serving load levels", reps * len(builds) * len(levels)) as advance:
-        runs = serve_load.run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
+        runs = run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
                                           prompt_words, n_gen, on_level=advance)
     report = ServeReport(kind="serve", threads=threads, model=str(model), reps=reps, n_gen=n_gen,
                          prompt_words=prompt_words, requests_per_client=requests_per_client, busy_warning=busy,
-                         rows=serve_load.summarise(runs, levels), runs=runs)
+                         rows=summarise(runs, levels), runs=runs)
     finish(report, as_json)
