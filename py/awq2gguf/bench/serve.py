@@ -53,11 +53,9 @@ def load_level(url: str, clients: int, requests_per_client: int, prompt_words: i
                first_id: int) -> dict:
     api = _api(url)
 
-    def one(i: int) -> float:
-        return _streamed_request(api, i, prompt_words, n_gen)
-
     def client(c: int) -> list[float]:
-        return [one(first_id + c * requests_per_client + r) for r in range(requests_per_client)]
+        return [_streamed_request(api, first_id + c * requests_per_client + r, prompt_words, n_gen)
+                for r in range(requests_per_client)]
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
