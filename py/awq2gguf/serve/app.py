@@ -13,7 +13,7 @@ from llama_cpp.server.errors import RouteErrorHandler
 from llama_cpp.server.settings import ModelSettings, ServerSettings
 
 from . import llama_thread
-from .limits import LimitsMiddleware
+from .limits import LimitsMiddleware, openai_error
 from .model import ServeOptions, count_prompt_tokens, refusal
 
 PAGE_PATH = "/chat"
@@ -30,14 +30,11 @@ def _error_response(self, error: Exception, body=None):
     llama.cpp's own failures (RuntimeError) stay 500."""
     if isinstance(error, RequestValidationError):
         fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return 400, _invalid_request(f"invalid request: {fields}")
+        return 400, openai_error(400, f"invalid request: {fields}", "invalid_request")
     if isinstance(error, (ValueError, TypeError)) and not any(p.search(str(error)) for p in self.pattern_and_formatters):
-        return 400, _invalid_request(str(error))
+        return 400, openai_error(400, str(error), "invalid_request")
     return _library_error_response(self, error, body)
 
-
-def _invalid_request(message: str) -> dict:
-    return {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_request"}
 
 
 def create_app(opts: ServeOptions):

@@ -36,9 +36,14 @@ class Limits:
         return None
 
 
+def openai_error(status: int, message: str, code: str) -> dict:
+    """The inside of OpenAI's error body ({"error": this}), so clients show the message."""
+    return {"message": message, "type": "invalid_request_error" if status == 400 else "server_error", "param": None,
+            "code": code}
+
+
 def _error_response(status: int, message: str, code: str, headers: tuple = ()) -> tuple[int, bytes, tuple]:
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error" if status == 400 else
-                                 "server_error", "param": None, "code": code}}).encode()
+    body = json.dumps({"error": openai_error(status, message, code)}).encode()
     return status, body, ((b"content-type", b"application/json"), *headers)
 
 
