@@ -1,4 +1,4 @@
-"""`awq2gguf MODEL_DIR OUT.gguf` end to end on tiny random Llama/Qwen2/Qwen3 folders, and its errors."""
+"""`awq2gguf MODEL_DIR OUT.gguf` end to end on tiny random folders of every architecture, and its errors."""
 
 import json
 import shutil
@@ -18,6 +18,7 @@ from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
+from awq2gguf.llama_quantize import quantize
 from conftest import generate, llama_cpp_logits
 
 FAST = ("--calib-samples", "4", "--calib-tokens", "64")
@@ -33,7 +34,8 @@ def leftovers(folder):
 
 
 @pytest.mark.parametrize("arch,shape", [("LlamaForCausalLM", "tiny-untied"), ("Qwen2ForCausalLM", "tiny-tied"),
-                                        ("Qwen3ForCausalLM", "tiny-untied")])
+                                        ("Qwen3ForCausalLM", "tiny-untied"), ("Gemma3ForCausalLM", "tiny-deep"),
+                                        ("Phi3ForCausalLM", "tiny-untied")])
 def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, tmp_path, arch, shape):
     out = tmp_path / "out.gguf"
     result = run(tiny_hf(arch, shape), out, "--calib", calib_text, *FAST)
@@ -117,6 +119,47 @@ def test_llama3_rope_scaling_and_a_tied_output_as_in_llama_3_2(builds, tmp_path)
         assert cosine(llama_cpp_logits(build, out, PROMPT_IDS), fp) > 0.95
 
 
+def kl_to(fp: np.ndarray, logits: np.ndarray) -> float:
+    """Mean KL divergence of logits' next-token distributions from fp's (a random model's logits
+    are nearly flat, so their cosine says little and their KL divergence is small)."""
+    p, q = torch.tensor(fp).log_softmax(-1), torch.tensor(logits).log_softmax(-1)
+    return (p.exp() * (p - q)).sum(-1).mean().item()
+
+
+# Phi-3's longrope (as in Phi-3-mini-128k, Phi-3.5 and Phi-4-mini), with distinct per-frequency
+# factors. llama.cpp picks the long ones when its context (at least 256) exceeds the original one,
+# transformers when the sequence does: with an original context of 512 both take the short ones.
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0,
+            "short_factor": [1.0 + 0.2 * i for i in range(SHAPES["tiny-untied"].head_dim // 2)],
+            "long_factor": [2.0 + 0.4 * i for i in range(SHAPES["tiny-untied"].head_dim // 2)]}
+PHI3_CONTEXTS = {"original_max_position_embeddings": 512, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("arch,shape,items", [
+    # six layers: five with an 8-token sliding window and RoPE base 10^4, one global with 10^6,
+    # which llama.cpp assumes of every Gemma 3; (1 + w) norms, sandwich norms, embeddings x sqrt(128)
+    ("Gemma3ForCausalLM", "tiny-deep", {}),
+    ("Phi3ForCausalLM", "tiny-untied", {"rope_parameters": LONGROPE, **PHI3_CONTEXTS}),
+])
+def test_new_architectures_in_llama_cpp_agree_with_the_hf_model(calib_text, builds, tmp_path, arch, shape, items):
+    """The F16 conversion of each runs in both builds as transformers runs it; awq2gguf's all-Q4_0
+    file stays near plain all-Q4_0's distance to the FP model on a prompt unlike its calibration
+    text (measured 0.99x for Gemma 3, 1.25x for Phi-3: scales searched on one random text need not
+    help on another). The folds themselves are checked in test_awq_fold."""
+    model_dir = write_synthetic_hf(SHAPES[shape], tmp_path / arch, arch, **items)
+    out = tmp_path / "out.gguf"
+    result = run(model_dir, out, "--calib", calib_text, *FAST)
+    assert result.exit_code == 0, result.output
+    fp = fp_logits(model_dir)
+    f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
+    plain = quantize(builds["patched"], f16, tmp_path / "plain.gguf", "Q4_0")
+    for build in builds.values():
+        # measured about 2e-7 (Gemma 3) and 4e-8 (Phi-3); the longrope factors alone move it 4e-6
+        assert kl_to(fp, llama_cpp_logits(build, f16, PROMPT_IDS)) < 1e-6
+        plain_kl, kl = (kl_to(fp, llama_cpp_logits(build, f, PROMPT_IDS)) for f in (plain, out))
+        assert kl < 1.5 * plain_kl, (build.name, kl, plain_kl)
+
+
 def test_untie_output_adds_a_separate_output_matrix(tiny_hf, calib_text, tmp_path):
     out = tmp_path / "out.gguf"
     result = run(tiny_hf("Qwen2ForCausalLM", "tiny-tied"), out, "--calib", calib_text, "--untie-output", *FAST)
@@ -185,7 +228,7 @@ def _broken(tiny_hf, tmp_path, how):
     ("no config", "has no config.json: not a Hugging Face model folder"),
     ("bad json", "config.json is not valid JSON"),
     ("gpt2", "architecture GPT2LMHeadModel is not supported; supported: LlamaForCausalLM, MistralForCausalLM, "
-             "Qwen2ForCausalLM, Qwen3ForCausalLM"),
+             "Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM"),
     ("no weights", "has no weights (*.safetensors or pytorch_model*.bin)"),
     ("corrupt weights", "model.safetensors is truncated or corrupt"),
     ("missing tensor", "lack 1 tensors, e.g. model.layers.1.mlp.down_proj.weight"),

@@ -1,18 +1,22 @@
 """AWQ over a whole tiny model: the FP function is kept, the Q4_0 model gets closer to FP."""
 
+import pytest
 import torch
 
-from awq2gguf.awq.apply import apply_awq
+from awq2gguf.awq.apply import apply_awq, output_is_tied
+from awq2gguf.awq.forward import model_log_probs
+from awq2gguf.awq.layout import ARCHITECTURES, layout_of
 from awq2gguf.q4_0 import q4_0_fake_quant
 from test_awq_fold import tiny
 
 
 def with_salient_channels(model):
-    """Outlier channels in the norms, as trained LLMs have: what AWQ exists for."""
+    """Outlier channels in the norms before attention and MLP, as trained LLMs have: what AWQ exists for."""
+    layout = layout_of(model)
     with torch.no_grad():
         for layer in model.model.layers:
-            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
-                norm.weight[[5, 40, 99]] *= 25
+            for norm in (layer.get_submodule(layout.attn_norm), layer.get_submodule(layout.mlp_norm)):
+                norm.weight[[5, 40, 99]] = (norm.weight[[5, 40, 99]] + layout.norm_offset) * 25 - layout.norm_offset
     return model
 
 
@@ -29,8 +33,9 @@ def fake_quantized_logits(model, tokens):
     return logits
 
 
-def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
-    model = with_salient_channels(tiny("Qwen2ForCausalLM", 4))
+@pytest.mark.parametrize("arch", ["Qwen2ForCausalLM", "Gemma3ForCausalLM", "Phi3ForCausalLM"])
+def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer(arch):
+    model = with_salient_channels(tiny(arch, 4))
     g = torch.Generator().manual_seed(2)
     calib, held_out = torch.randint(0, 512, (8, 64), generator=g), torch.randint(0, 512, (2, 32), generator=g)
     with torch.no_grad():
@@ -42,11 +47,25 @@ def test_apply_awq_keeps_fp_logits_and_brings_q4_0_closer():
 
     with torch.no_grad():
         assert torch.allclose(model(held_out).logits, fp, rtol=1e-3, atol=1e-3)
+    output = [(2, "output")] * (not output_is_tied(model))  # an untied output is scaled too
     assert [(r.layer, r.group) for r in results] == [(i, g) for i in range(2) for g in (
-        "attn_in", "attn_v_o", "mlp_in", "mlp_down")] + [(2, "output")]  # untied: the output is scaled too
+        "attn_in", "attn_v_o", "mlp_in", "mlp_down")] + output
     assert all(r.error <= r.plain_error for r in results)
     awq_error = (fake_quantized_logits(model, held_out) - fp).pow(2).mean().item()
     assert awq_error < 0.8 * plain_error, (awq_error, plain_error)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_block_by_block_the_model_gives_its_own_log_probs(arch):
+    """Each decoder layer is run with its own arguments: Gemma 3's sliding-window layer gets its
+    window's mask and RoPE base, its global layer the others."""
+    items = {"layer_types": ["sliding_attention", "full_attention"]} if arch == "Gemma3ForCausalLM" else {}
+    model = tiny(arch, 2, **items)
+    tokens = torch.randint(0, 512, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the window
+    with torch.no_grad():
+        expected = model(tokens).logits.log_softmax(-1).flatten(0, 1)
+    got, = model_log_probs(model, tokens, (False,))
+    assert torch.allclose(got.float(), expected, atol=4e-3), (got - expected).abs().max()  # kept in F16
 
 
 def test_clipping_brings_q4_0_closer_still():

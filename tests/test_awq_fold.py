@@ -1,20 +1,19 @@
-"""Folding AWQ scales leaves the FP model's logits unchanged, on tiny random Llama/Qwen2/Qwen3."""
+"""Folding AWQ scales leaves the FP model's logits unchanged, on tiny random models of every architecture."""
 
 import pytest
 import torch
-import transformers
 from transformers import AutoModelForCausalLM
 
+from awq2gguf.assets.synthetic_hf import random_config
 from awq2gguf.awq.fold import fold_scales
-from awq2gguf.awq.layout import ARCHITECTURES, UnsupportedArchitecture, check_architecture, scale_groups
+from awq2gguf.awq.layout import ARCHITECTURES, UnsupportedArchitecture, check_architecture, layout_of
 
 
-def tiny(arch: str, n_kv_heads: int):
+def tiny(arch: str, n_kv_heads: int, **config_items):
     torch.manual_seed(0)
-    config_class = getattr(transformers, ARCHITECTURES[arch])
-    config = config_class(vocab_size=512, hidden_size=128, intermediate_size=320, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=n_kv_heads, head_dim=32,
-                          max_position_embeddings=256, architectures=[arch])
+    config = random_config(arch, vocab_size=512, hidden_size=128, intermediate_size=320, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=n_kv_heads, head_dim=32,
+                           max_position_embeddings=256, **config_items)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():  # non-trivial norms and biases, so that a wrong fold shows
         for name, p in model.named_parameters():
@@ -33,7 +32,7 @@ def test_folded_scales_leave_logits_unchanged(arch, n_kv_heads):
         before = model(tokens).logits
         names = []
         for layer in model.model.layers:
-            for group in scale_groups(layer):
+            for group in layout_of(model).scale_groups(layer):
                 names.append(group.name)
                 fold_scales(group, torch.rand(group.consumers[0].in_features) * 4 + 0.25)
         after = model(tokens).logits
@@ -48,7 +47,7 @@ def test_a_wrong_fold_changes_the_logits():
     tokens = torch.randint(0, 512, (1, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         before = model(tokens).logits
-        group = scale_groups(model.model.layers[0])[0]
+        group = layout_of(model).scale_groups(model.model.layers[0])[0]
         for linear in group.consumers:
             linear.weight.mul_(2.0)
         assert not torch.allclose(model(tokens).logits, before, rtol=1e-4, atol=1e-4)

@@ -318,13 +318,14 @@ def test_block_wise_tuning_lowers_each_blocks_output_error(model_dir, tmp_path, 
     h_q = q4_0_fake_quant(h_fp)
     for i, result in enumerate(results):
         assert result.last_loss < result.first_loss, result
-        target = fp.model.layers[i](h_fp, **kwargs)
+        layer_kwargs = kwargs.of(fp.model.layers[i])
+        target = fp.model.layers[i](h_fp, **layer_kwargs)
         target = target[0] if isinstance(target, tuple) else target
         h_in = h_q if own_input else h_fp
-        before = F.mse_loss(_run_q4_0(fp.model.layers[i], h_in, kwargs), target).item()
-        after = F.mse_loss(_run_q4_0(tuned.model.layers[i], h_in, kwargs), target).item()
+        before = F.mse_loss(_run_q4_0(fp.model.layers[i], h_in, layer_kwargs), target).item()
+        after = F.mse_loss(_run_q4_0(tuned.model.layers[i], h_in, layer_kwargs), target).item()
         assert after < 0.7 * before, (i, before, after)
-        h_fp, h_q = target, _run_q4_0(tuned.model.layers[i], h_q, kwargs)
+        h_fp, h_q = target, _run_q4_0(tuned.model.layers[i], h_q, layer_kwargs)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .awq.forward import RESIDENT, Weights, first_block_input, output_modules, run
+from .awq.forward import RESIDENT, BlockKwargs, Weights, first_block_input, output_modules, run
 from .awq.guard import TOKENS_PER_STEP
 from .proc_io import Awq2ggufError
 from .progress import OnProgress, no_progress
@@ -41,7 +41,7 @@ class Dropped:
     ppl_before: float  # ... of the unpruned model
 
 
-def _final_states(model: nn.Module, x: torch.Tensor, kwargs: dict, skip_sets: list[frozenset[int]],
+def _final_states(model: nn.Module, x: torch.Tensor, kwargs: BlockKwargs, skip_sets: list[frozenset[int]],
                   weights: Weights, on_progress: OnProgress) -> list[torch.Tensor]:
     """The last block's output of each variant of the model that skips one of skip_sets."""
     states = {frozenset(): x}  # blocks skipped so far -> the state of the variants that skipped them
@@ -77,7 +77,7 @@ def _perplexities(model: nn.Module, input_ids: torch.Tensor, finals: list[torch.
     return ppl
 
 
-def block_influence(model: nn.Module, x: torch.Tensor, kwargs: dict, weights: Weights) -> list[float]:
+def block_influence(model: nn.Module, x: torch.Tensor, kwargs: BlockKwargs, weights: Weights) -> list[float]:
     """ShortGPT's score of each block: 1 - mean over tokens of cos(block input, block output)."""
     scores = []
     for layer in model.model.layers:

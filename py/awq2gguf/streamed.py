@@ -1,7 +1,7 @@
 """A Hugging Face checkpoint held one part at a time, in FP32, with what AWQ folds saved part by part.
 
 The searches need FP32 weights, and a whole 7B model in FP32 is 28 GB. So the model's structure
-is built on the meta device (no memory), and each part (the token embeddings, one decoder block,
+has its parameters on the meta device (no memory), and each part (the token embeddings, one decoder block,
 the final norm with the output matrix) gets its FP32 weights from the checkpoint's files when its
 turn comes and lets them go after (awq.forward.Weights). What the search changes is saved as one
 safetensors shard per part; write_folder() completes the folded Hugging Face folder from the
@@ -117,6 +117,7 @@ class StreamedModel:
     as their Q4_0 (what loads back is its values)."""
 
     def __init__(self, model_dir: Path, folded_dir: Path, untie_output: bool = False, as_q4_0: bool = False):
+        from accelerate import init_empty_weights
         from transformers import AutoConfig, AutoModelForCausalLM
 
         self.model_dir, self.folded_dir = Path(model_dir), Path(folded_dir)
@@ -128,12 +129,11 @@ class StreamedModel:
             raise CheckpointError(f"the config in {self.model_dir} does not load: {first_line(e)}") from e
         if untie_output:
             config.tie_word_embeddings = config.get_text_config().tie_word_embeddings = False
-        with torch.device("meta"):
+        # Parameters on the meta device; buffers are made at construction (the rotary tables,
+        # Gemma's embedding scale) and are not in the checkpoint, so they are made for real.
+        with init_empty_weights(include_buffers=False):
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-        # Buffers made at construction (the rotary tables) are not in the checkpoint: make them for real.
-        model.model.rotary_emb = type(model.model.rotary_emb)(config=model.config)
-        if meta := [n for n, b in model.named_buffers() if b.is_meta]:
-            raise CheckpointError(f"{type(model).__name__} has buffers awq2gguf cannot stream: {', '.join(meta)}")
+        model.tie_weights()  # what was tied at construction is two meta parameters now
         self.model = model.eval()
         self.embed, self.head = model.get_input_embeddings(), model.get_output_embeddings()
         self.tied = self.head.weight is self.embed.weight

@@ -26,10 +26,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .awq.forward import PRODUCTS, Weights, fake_quantized, first_block_input, products_in, run
-from .awq.guard import batch_slice
+from .awq.forward import (PRODUCTS, BlockKwargs, Weights, fake_quantized, first_block_input, products_in,
+                          q4_0_embedded, run)
 from .progress import OnProgress, no_progress
-from .q4_0 import q4_0_fake_quant
 from .tune import ThroughQ4_0, batches, grid_step
 
 INPUTS = ("quantized", "fp")
@@ -55,14 +54,13 @@ class _Stream:
     tuned model has them, with the decoder layer's keyword arguments for them."""
     fp: torch.Tensor
     quantized: torch.Tensor | None
-    kwargs: dict
+    kwargs: BlockKwargs
 
     @classmethod
     def start(cls, model: nn.Module, input_ids: torch.Tensor, original: Weights, folded: Weights,
               own_input: bool) -> "_Stream":
         fp, kwargs = first_block_input(model, input_ids, original)
-        # The GGUF's embedding rows are Q4_0; quantizing the rows looked up is quantizing the table.
-        quantized = q4_0_fake_quant(first_block_input(model, input_ids, folded)[0]) if own_input else None
+        quantized = q4_0_embedded(model, first_block_input(model, input_ids, folded)[0]) if own_input else None
         return cls(fp, quantized, kwargs)
 
     @property
@@ -71,9 +69,9 @@ class _Stream:
 
 
 @torch.no_grad()
-def _run_rows(layer: nn.Module, x: torch.Tensor, kwargs: dict, quantized: bool) -> torch.Tensor:
+def _run_rows(layer: nn.Module, x: torch.Tensor, kwargs: BlockKwargs, quantized: bool) -> torch.Tensor:
     with fake_quantized(layer) if quantized else nullcontext():
-        return torch.cat([run(layer, part, batch_slice(kwargs, len(x), len(part))) for part in x.split(ROWS_PER_RUN)])
+        return torch.cat([run(layer, part, kwargs.for_batch(len(x), len(part))) for part in x.split(ROWS_PER_RUN)])
 
 
 def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
@@ -81,8 +79,8 @@ def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
     return F.mse_loss(_run_rows(layer, stream.input, stream.kwargs, True), target).item()
 
 
-def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict, steps: int, lr: float, seed: int,
-           bf16: bool, on_step: Callable[[int, float], None]) -> list[float]:
+def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: BlockKwargs, steps: int, lr: float,
+           seed: int, bf16: bool, on_step: Callable[[int, float], None]) -> list[float]:
     """Train layer's matrices through Q4_0 (and its norms and biases) for `steps` steps so that its
     output on x approaches target (with bf16, the forward and backward under bf16 autocast);
     afterwards its matrices hold their latent FP32 weights."""
@@ -94,7 +92,7 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: dict
         for step, rows in enumerate(batches(len(x), steps, seed)):
             trainer.quantize()
             with products_in(PRODUCTS["bf16" if bf16 else "fp32"]):
-                out = run(layer, x[rows], batch_slice(kwargs, len(x), len(rows)))
+                out = run(layer, x[rows], kwargs.for_batch(len(x), len(rows)))
             loss = F.mse_loss(out.float(), target[rows])
             loss.backward()
             trainer.step()

@@ -1,6 +1,7 @@
 // RoPE through a build's ggml CPU backend against a long-double reference.
 //
-// For each case (mode, head size, rotated dims, YaRN, freq_factors, forward/backward) it rotates
+// For each case (mode, head size, rotated dims, YaRN, freq_factors, forward/backward, base,
+// attention factor: the variants of every supported architecture) it rotates
 // random inputs in [-1, 1] at positions from 0 to 2^20 and prints one line per case:
 //   case <name> max_abs_err <e> at_pos <p>
 // The reference computes theta = p * base^(-2i/n_dims) / ff_i (YaRN-blended as ggml's rope_yarn)
@@ -21,10 +22,11 @@ struct Case {
     int mode, ne0, n_dims, n_head;
     float freq_scale, ext_factor;
     bool freq_factors, backward;
+    float freq_base = 1000000.0f, attn_factor = 1.0f;
 };
 
 static const std::vector<int> POSITIONS = {0, 1, 2, 3, 7, 100, 511, 4095, 32767, 131071, 1 << 20};
-static const float FREQ_BASE = 1000000.0f, ATTN_FACTOR = 1.0f, BETA_FAST = 32.0f, BETA_SLOW = 1.0f;
+static const float BETA_FAST = 32.0f, BETA_SLOW = 1.0f;
 static const int N_CTX_ORIG = 32768;
 
 static double run_case(const Case & c, int n_threads, int * worst_pos) {
@@ -43,10 +45,10 @@ static double run_case(const Case & c, int n_threads, int * worst_pos) {
     if (ff) for (int i = 0; i < c.n_dims / 2; i++) ((float *) ff->data)[i] = ff_dist(rng);
 
     ggml_tensor * y = c.backward
-        ? ggml_rope_ext_back(ctx, x, pos, ff, c.n_dims, c.mode, N_CTX_ORIG, FREQ_BASE, c.freq_scale, c.ext_factor,
-                             ATTN_FACTOR, BETA_FAST, BETA_SLOW)
-        : ggml_rope_ext(ctx, x, pos, ff, c.n_dims, c.mode, N_CTX_ORIG, FREQ_BASE, c.freq_scale, c.ext_factor,
-                        ATTN_FACTOR, BETA_FAST, BETA_SLOW);
+        ? ggml_rope_ext_back(ctx, x, pos, ff, c.n_dims, c.mode, N_CTX_ORIG, c.freq_base, c.freq_scale, c.ext_factor,
+                             c.attn_factor, BETA_FAST, BETA_SLOW)
+        : ggml_rope_ext(ctx, x, pos, ff, c.n_dims, c.mode, N_CTX_ORIG, c.freq_base, c.freq_scale, c.ext_factor,
+                        c.attn_factor, BETA_FAST, BETA_SLOW);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, y);
     if (ggml_graph_compute_with_ctx(ctx, gf, n_threads) != GGML_STATUS_SUCCESS) {
@@ -55,8 +57,8 @@ static double run_case(const Case & c, int n_threads, int * worst_pos) {
     }
 
     float corr[2];
-    ggml_rope_yarn_corr_dims(c.n_dims, N_CTX_ORIG, FREQ_BASE, BETA_FAST, BETA_SLOW, corr);
-    long double mscale = ATTN_FACTOR;
+    ggml_rope_yarn_corr_dims(c.n_dims, N_CTX_ORIG, c.freq_base, BETA_FAST, BETA_SLOW, corr);
+    long double mscale = c.attn_factor;
     if (c.ext_factor != 0.0f) mscale *= 1.0L + 0.1L * logl(1.0L / c.freq_scale);
     const long double sin_sign = c.backward ? -1.0L : 1.0L;
     const int half = c.n_dims / 2;
@@ -70,7 +72,7 @@ static double run_case(const Case & c, int n_threads, int * worst_pos) {
             const float * dst = yd + ((int64_t) ip * c.n_head + h) * c.ne0;
             std::vector<long double> ref(src, src + c.ne0);  // channels past n_dims pass through
             for (int i = 0; i < half; i++) {
-                long double theta = POSITIONS[ip] * powl(FREQ_BASE, -2.0L * i / c.n_dims);
+                long double theta = POSITIONS[ip] * powl(c.freq_base, -2.0L * i / c.n_dims);
                 if (ff) theta /= ((const float *) ff->data)[i];
                 long double mix = 0.0L;
                 if (c.ext_factor != 0.0f) {
@@ -111,6 +113,14 @@ int main(int argc, char ** argv) {
         {"neox-64-freq-factors",     NEOX,   64,  64,  2, 1.0f,  0.0f, true,  false},
         {"neox-64-backward",         NEOX,   64,  64,  2, 1.0f,  0.0f, false, true},
         {"normal-64-yarn-backward",  NORMAL, 64,  64,  2, 0.5f,  1.0f, true,  true},
+        // Gemma 3 (head 256): sliding-window layers at base 10^4, global layers at 10^6, one model
+        {"gemma3-local-neox-256",    NEOX,  256, 256,  1, 1.0f,  0.0f, false, false, 10000.0f},
+        {"gemma3-global-neox-256",   NEOX,  256, 256,  1, 1.0f,  0.0f, false, false, 1000000.0f},
+        // Llama 3.x: rope_freqs from its llama3 scaling, base 5 x 10^5
+        {"llama3-normal-128-freq-factors", NORMAL, 128, 128, 1, 1.0f, 0.0f, true, false, 500000.0f},
+        // Phi-3 longrope (head 96) and Phi-4-mini (96 of 128 rotated): factors and attention factor
+        {"phi3-neox-96-longrope",    NEOX,   96,  96,  2, 1.0f,  0.0f, true,  false, 10000.0f, 1.19f},
+        {"phi4-neox-96-of-128-longrope", NEOX, 128, 96, 2, 1.0f, 0.0f, true,  false, 10000.0f, 1.19f},
     };
     for (const Case & c : cases) {
         int at = -1;

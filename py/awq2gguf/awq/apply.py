@@ -23,9 +23,10 @@ from torch import nn
 from ..progress import OnProgress, no_progress
 from .compensate import compensate
 from .fold import fold_scales
-from .forward import RESIDENT, Weights, first_block_input, output_modules, products_in, run, run_fake_quantized
-from .layout import ScaleGroup, clip_targets, input_sites, scale_groups
-from .guard import batch_slice, kl_divergence, log_prob_steps, log_probs
+from .forward import (RESIDENT, BlockKwargs, Weights, first_block_input, output_modules, products_in, run,
+                      run_fake_quantized)
+from .layout import Layout, ScaleGroup, layout_of
+from .guard import kl_divergence, log_prob_steps, log_probs
 from .search import DEFAULT_GRID, InputStats, apply_clip, search_clip, search_scales
 
 
@@ -47,12 +48,12 @@ class AwqResult:
     block_errors: list[tuple[float, float]]  # per block: (chosen, plain) squared output error
 
 
-def _input_stats(layer: nn.Module, x: torch.Tensor, kwargs: dict,
+def _input_stats(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: BlockKwargs,
                  products: torch.dtype) -> tuple[dict[nn.Linear, InputStats], torch.Tensor]:
     """Statistics of the input of every linear, from one FP forward of the layer (its products in
     `products`), and its output."""
     stats = {}
-    sites = input_sites(layer)
+    sites = layout.input_sites(layer)
 
     def hook(module, args, _out):
         stats[module] = InputStats.of(args[0], products)
@@ -73,11 +74,11 @@ class _Block:
     linears quantized, on the first samples of the calibration batch (y: the FP layer's output
     for the batch)."""
 
-    def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: dict, n_objective: int,
+    def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: BlockKwargs, n_objective: int,
                  products: torch.dtype):
         self.layer, self.products = layer, products
         n = min(n_objective, x.shape[0])
-        self.x, self.y_ref, self.kwargs = x[:n], y[:n], batch_slice(kwargs, x.shape[0], n)
+        self.x, self.y_ref, self.kwargs = x[:n], y[:n], kwargs.for_batch(x.shape[0], n)
         self.original = [p.detach().clone() for p in layer.parameters()]
 
     def configure(self, groups: list[ScaleGroup], scales: list[torch.Tensor | None], clips: dict | None = None,
@@ -98,18 +99,20 @@ class _Block:
         return (run_fake_quantized(self.layer, self.x, self.kwargs, self.products) - self.y_ref).pow(2).mean().item()
 
 
-def _compensated(layer: nn.Module, stats: dict[nn.Linear, InputStats]) -> dict[nn.Linear, torch.Tensor]:
+def _compensated(layer: nn.Module, layout: Layout, stats: dict[nn.Linear, InputStats]
+                 ) -> dict[nn.Linear, torch.Tensor]:
     """Every linear's compensated rounding; linears that share an input are done as one matrix
     (rows are independent, and the Hessian is the same)."""
     weights = {}
-    for linears in input_sites(layer).values():
+    for linears in layout.input_sites(layer).values():
         rounded = compensate(torch.cat([l.weight for l in linears]), stats[linears[0]])
         weights.update(zip(linears, rounded.split([l.out_features for l in linears])))
     return weights
 
 
-def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: bool, compensated: bool, i: int,
-                  n_objective: int, products: torch.dtype) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
+def _choose_block(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: BlockKwargs, grid, clip: bool,
+                  compensated: bool, i: int, n_objective: int, products: torch.dtype
+                  ) -> tuple[list[GroupResult], bool, bool, tuple[float, float]]:
     """Search every group's scales on the FP inputs (as AutoAWQ does), then keep only what lowers
     the block's real output error: drop groups one at a time while that helps, then compensate the
     rounding if that helps, else clip if that helps. Plain rounding is the starting point's rival,
@@ -118,8 +121,8 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
     shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
     plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
     cost perplexity there (bench/results/README.md)."""
-    stats, y = _input_stats(layer, x, kwargs, products)
-    groups = scale_groups(layer)
+    stats, y = _input_stats(layer, layout, x, kwargs, products)
+    groups = layout.scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
     block = _Block(layer, x, y, kwargs, n_objective, products)
     block.configure(groups, [None] * len(groups))
@@ -144,14 +147,14 @@ def _choose_block(layer: nn.Module, x: torch.Tensor, kwargs: dict, grid, clip: b
                 stats[linear] = stats[linear].scaled(c.scales)
     clipped = False
     if compensated:
-        block.configure(groups, chosen(kept), weights=_compensated(layer, stats))
+        block.configure(groups, chosen(kept), weights=_compensated(layer, layout, stats))
         if (e := block.error()) < best:
             best = e
         else:
             compensated = False
             block.configure(groups, chosen(kept))
     if clip and not compensated:
-        clips = {linear: search_clip(stats[linear], linear) for linear in clip_targets(layer)}
+        clips = {linear: search_clip(stats[linear], linear) for linear in layout.clip_targets(layer)}
         block.configure(groups, chosen(kept), clips)
         if (e := block.error()) < best:
             clipped, best = True, e
@@ -200,7 +203,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
         choice = search_scales(stats, [head], grid)
         kept = False
         if choice.alpha > 0:
-            fold_scales(ScaleGroup("output", norm, [head]), choice.scales)
+            fold_scales(ScaleGroup("output", norm, [head], norm_offset=layout_of(model).norm_offset), choice.scales)
             if kept := keep_if_better():
                 stats = stats.scaled(choice.scales)
         results.append(GroupResult(len(model.model.layers), "output", choice.alpha, choice.error,
@@ -230,11 +233,12 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
     output's) real error on the first `objective_samples` samples goes down. Each part gets its
     weights from `weights` when its turn comes and is saved there when done."""
     x, kwargs = first_block_input(model, input_ids, weights)
+    layout = layout_of(model)
     result = AwqResult([], [], [], [])
     for i, layer in enumerate(model.model.layers):
         weights.load(layer)
-        groups, clipped, comp, errors = _choose_block(layer, x, kwargs, grid, clip, compensated, i, objective_samples,
-                                                      products)
+        groups, clipped, comp, errors = _choose_block(layer, layout, x, kwargs, grid, clip, compensated, i,
+                                                      objective_samples, products)
         result.groups += groups
         result.clipped.append(clipped)
         result.compensated.append(comp)

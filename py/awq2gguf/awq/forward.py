@@ -40,14 +40,56 @@ class Resident:
 RESIDENT = Resident()
 
 
+class BlockKwargs:
+    """The keyword arguments (attention mask, RoPE tables) each decoder layer of a model is called
+    with, by layer: Gemma 3's sliding-window layers get other ones than its global layers."""
+
+    def __init__(self, by_layer: dict[nn.Module, dict]):
+        self.by_layer = by_layer
+
+    def of(self, layer: nn.Module) -> dict:
+        return self.by_layer[layer]
+
+    def for_batch(self, n_batch: int, n: int) -> "BlockKwargs":
+        """The arguments for the first n of n_batch sequences (tensors that are shared by the
+        batch, such as rotary tables with a batch of 1, stay as they are; a tensor shared by
+        layers stays shared)."""
+        cut_once: dict[int, object] = {}
+
+        def cut(v):
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n_batch and n_batch > 1:
+                return cut_once.setdefault(id(v), v[:n])
+            if isinstance(v, tuple):
+                return tuple(cut(t) for t in v)
+            return v
+        return BlockKwargs({layer: {k: cut(v) for k, v in kwargs.items()} for layer, kwargs in self.by_layer.items()})
+
+
 class _Captured(Exception):
     pass
 
 
+class _Recorder(nn.Module):
+    """Stands in for a decoder layer: notes what the model calls it with, and stops the model
+    after the last one (nothing runs but the embeddings and what the model computes for all layers)."""
+
+    def __init__(self, calls: list, last: bool):
+        super().__init__()
+        self.calls, self.last = calls, last
+
+    def forward(self, *args, **kwargs):
+        x = args[0] if args else kwargs.pop("hidden_states")
+        self.calls.append((x, kwargs))
+        if self.last:
+            raise _Captured
+        return x
+
+
 def first_block_input(model: nn.Module, input_ids: torch.Tensor, weights: Weights = RESIDENT
-                      ) -> tuple[torch.Tensor, dict]:
-    """(hidden states, keyword arguments) the first decoder layer receives for input_ids, the
-    embeddings' weights loaded from `weights` for the time it takes."""
+                      ) -> tuple[torch.Tensor, BlockKwargs]:
+    """(hidden states, keyword arguments) the first decoder layer receives for input_ids (and the
+    keyword arguments of every other layer), the embeddings' weights loaded from `weights` for the
+    time it takes."""
     embed = model.get_input_embeddings()
     weights.load(embed)
     try:
@@ -56,28 +98,30 @@ def first_block_input(model: nn.Module, input_ids: torch.Tensor, weights: Weight
         weights.release(embed)
 
 
-def _first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, dict]:
+def _first_block_input(model: nn.Module, input_ids: torch.Tensor) -> tuple[torch.Tensor, BlockKwargs]:
     """first_block_input, the embeddings' weights loaded already."""
-    captured = {}
-
-    def hook(_module, args, kwargs):
-        captured["x"] = args[0] if args else kwargs.pop("hidden_states")
-        captured["kwargs"] = {k: v for k, v in kwargs.items() if k != "hidden_states"}
-        raise _Captured
-
-    handle = model.model.layers[0].register_forward_pre_hook(hook, with_kwargs=True)
+    layers, calls = model.model.layers, []
+    model.model.layers = nn.ModuleList(_Recorder(calls, i == len(layers) - 1) for i in range(len(layers)))
     try:
         model(input_ids, use_cache=False)
     except _Captured:
         pass
     finally:
-        handle.remove()
-    return captured["x"], captured["kwargs"]
+        model.model.layers = layers
+    return calls[0][0], BlockKwargs({layer: kwargs for layer, (_, kwargs) in zip(layers, calls, strict=True)})
 
 
-def run(layer: nn.Module, x: torch.Tensor, kwargs: dict) -> torch.Tensor:
-    out = layer(x, **kwargs)
+def run(layer: nn.Module, x: torch.Tensor, kwargs: BlockKwargs) -> torch.Tensor:
+    out = layer(x, **kwargs.of(layer))
     return out[0] if isinstance(out, tuple) else out
+
+
+def q4_0_embedded(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The first block's input x as the all-Q4_0 model has it: rows of the Q4_0 token embeddings,
+    times the scale the embeddings multiply by (Gemma's sqrt(hidden size), else 1). Rows are
+    quantized on their own: quantizing the rows looked up is quantizing the table."""
+    scale = getattr(model.get_input_embeddings(), "scalar_embed_scale", 1.0)
+    return q4_0_fake_quant(x / scale) * scale
 
 
 @contextmanager
@@ -105,7 +149,7 @@ def products_in(products: torch.dtype):
 
 
 @torch.no_grad()
-def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: dict,
+def run_fake_quantized(layer: nn.Module, x: torch.Tensor, kwargs: BlockKwargs,
                        products: torch.dtype = torch.float32) -> torch.Tensor:
     with fake_quantized(layer), products_in(products):
         return run(layer, x, kwargs).float()
@@ -133,9 +177,7 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
     weights.load(embed)
     inputs = [_first_block_input(model, row[None]) for row in input_ids]  # one sequence at a time
     weights.release(embed)
-    # Rows of the embeddings are quantized on their own: quantizing the rows looked up is
-    # quantizing the table.
-    states = [[q4_0_fake_quant(x) if q else x for x, _ in inputs] for q in quantized]
+    states = [[q4_0_embedded(model, x) if q else x for x, _ in inputs] for q in quantized]
     for layer in model.model.layers:
         weights.load(layer)
         for q, xs in zip(quantized, states):

@@ -26,18 +26,6 @@ from .search import ROWS_PER_STEP, clamp_blocks
 TOKENS_PER_STEP = 256
 
 
-def batch_slice(kwargs: dict, n_batch: int, n: int) -> dict:
-    """The decoder layer's keyword arguments for the first n of n_batch sequences (tensors that
-    are shared by the batch, such as rotary tables with a batch of 1, stay as they are)."""
-    def cut(v):
-        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == n_batch and n_batch > 1:
-            return v[:n]
-        if isinstance(v, tuple):
-            return tuple(cut(t) for t in v)
-        return v
-    return {k: cut(v) for k, v in kwargs.items()}
-
-
 def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool, clip: torch.Tensor | None) -> torch.Tensor:
     """x's logits; a Q4_0 head is quantized ROWS_PER_STEP rows at a time (clamped to clip first,
     if given), so that no quantized or clamped copy of a vocabulary-wide matrix exists (for a

@@ -1,21 +1,97 @@
 """Where AWQ can move scale between layers in a decoder block, per supported architecture.
 
-Each group is a producer (an RMSNorm, or a linear whose output channels feed the consumers
-directly) and the linears that consume its output. Dividing the producer's output channels by s
-and multiplying the consumers' input columns by s leaves the function unchanged.
+Each group is a producer (an RMSNorm, or the rows of a linear whose output channels feed the
+consumers directly) and the linears that consume its output. Dividing the producer's output
+channels by s and multiplying the consumers' input columns by s leaves the function unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from torch import nn
 
 from ..proc_io import Awq2ggufError
 
-# Every architecture awq2gguf takes, with its transformers config class (for random test models).
-ARCHITECTURES = {"LlamaForCausalLM": "LlamaConfig", "MistralForCausalLM": "MistralConfig",
-                 "Qwen2ForCausalLM": "Qwen2Config", "Qwen3ForCausalLM": "Qwen3Config"}
+
+@dataclass
+class ScaleGroup:
+    name: str
+    producer: nn.Module
+    consumers: list[nn.Linear]
+    rows: slice = field(default_factory=lambda: slice(None))  # the producer's output channels the consumers read
+    norm_offset: float = 0.0  # a producer RMSNorm's (Layout.norm_offset)
+    # The consumers' rows are residual-stream channels, a few of which carry massive activations: a
+    # sample of rows misses them (search.SEARCH_MACS; Qwen2.5-Coder-0.5B's down projections judged
+    # on every 3rd row took another alpha in 14 of 24 blocks, up to +1.75% output error).
+    writes_residual: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one architecture's decoder layer keeps its parts (attribute paths from the layer).
+    A fused projection (Phi-3's qkv_proj, gate_up_proj) is one name: v, and up, are its last rows."""
+    qkv: tuple[str, ...] = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    o: str = "self_attn.o_proj"
+    gate_up: tuple[str, ...] = ("mlp.gate_proj", "mlp.up_proj")
+    down: str = "mlp.down_proj"
+    attn_norm: str = "input_layernorm"
+    mlp_norm: str = "post_attention_layernorm"  # Gemma 3's is a sandwich norm after attention
+    # Its RMSNorms multiply by (norm_offset + weight): Gemma's (1 + w) folds as (1 + w) / s - 1.
+    norm_offset: float = 0.0
+
+    def linears(self, layer: nn.Module, names) -> list[nn.Linear]:
+        return [layer.get_submodule(n) for n in names]
+
+    def scale_groups(self, layer: nn.Module) -> list[ScaleGroup]:
+        """The scaling groups of one decoder layer (RMSNorm -> q/k/v, v -> o, RMSNorm -> gate/up, up -> down)."""
+        qkv, gate_up = self.linears(layer, self.qkv), self.linears(layer, self.gate_up)
+        o, down = layer.get_submodule(self.o), layer.get_submodule(self.down)
+        attn_norm, mlp_norm = layer.get_submodule(self.attn_norm), layer.get_submodule(self.mlp_norm)
+        v = qkv[-1]
+        # q has o's width; a fused qkv holds k and v of one width after it.
+        v_rows = v.out_features if len(qkv) > 1 else (v.out_features - o.in_features) // 2
+        groups = [ScaleGroup("attn_in", attn_norm, qkv, norm_offset=self.norm_offset)]
+        # v's channels map one to one onto o's inputs only without grouped-query attention.
+        if v_rows == o.in_features:
+            groups.append(ScaleGroup("attn_v_o", v, [o], rows=slice(v.out_features - v_rows, None),
+                                     writes_residual=True))
+        up = gate_up[-1]
+        groups += [ScaleGroup("mlp_in", mlp_norm, gate_up, norm_offset=self.norm_offset),
+                   ScaleGroup("mlp_down", up, [down], rows=slice(up.out_features - down.in_features, None),
+                              writes_residual=True)]
+        return groups
+
+    def input_sites(self, layer: nn.Module) -> dict[nn.Linear, list[nn.Linear]]:
+        """The linears of one decoder layer grouped by the input they share, keyed by the first of each."""
+        sites = [self.linears(layer, names) for names in (self.qkv, (self.o,), self.gate_up, (self.down,))]
+        return {linears[0]: linears for linears in sites}
+
+    def clip_targets(self, layer: nn.Module) -> list[nn.Linear]:
+        """Linears whose Q4_0 blocks get a clipping search. Not q/k (nor a fused qkv): their output
+        error says little about the attention scores they feed (AutoAWQ leaves them out too)."""
+        v = self.qkv[2:]
+        return self.linears(layer, (*v, self.o, *self.gate_up, self.down))
+
+
+@dataclass(frozen=True)
+class Architecture:
+    config_class: str  # the transformers config class (for random test models)
+    layout: Layout = Layout()
+
+
+# Every architecture awq2gguf takes. Which output matrix is tied to the embeddings is the config's
+# tie_word_embeddings (Gemma 3 and Llama 3.2 1B/3B tie it).
+ARCHITECTURES = {
+    "LlamaForCausalLM": Architecture("LlamaConfig"),
+    "MistralForCausalLM": Architecture("MistralConfig"),
+    "Qwen2ForCausalLM": Architecture("Qwen2Config"),
+    "Qwen3ForCausalLM": Architecture("Qwen3Config"),
+    "Gemma3ForCausalLM": Architecture("Gemma3TextConfig", Layout(mlp_norm="pre_feedforward_layernorm",
+                                                                 norm_offset=1.0)),
+    "Phi3ForCausalLM": Architecture("Phi3Config", Layout(qkv=("self_attn.qkv_proj",),
+                                                         gate_up=("mlp.gate_up_proj",))),
+}
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
 
@@ -25,44 +101,16 @@ class UnsupportedArchitecture(Awq2ggufError):
 
 def check_architecture(config) -> str:
     archs = getattr(config, "architectures", None) or [type(config).__name__]
-    if archs[0] not in SUPPORTED_ARCHITECTURES:
-        raise UnsupportedArchitecture(f"architecture {archs[0]} is not supported; supported: "
+    return _supported(archs[0])
+
+
+def layout_of(model: nn.Module) -> Layout:
+    """The layout of a model transformers built (its class is the architecture's name)."""
+    return ARCHITECTURES[_supported(type(model).__name__)].layout
+
+
+def _supported(name: str) -> str:
+    if name not in ARCHITECTURES:
+        raise UnsupportedArchitecture(f"architecture {name} is not supported; supported: "
                                       f"{', '.join(SUPPORTED_ARCHITECTURES)}")
-    return archs[0]
-
-
-@dataclass
-class ScaleGroup:
-    name: str
-    producer: nn.Module
-    consumers: list[nn.Linear]
-    # The consumers' rows are residual-stream channels, a few of which carry massive activations: a
-    # sample of rows misses them (search.SEARCH_MACS; Qwen2.5-Coder-0.5B's down projections judged
-    # on every 3rd row took another alpha in 14 of 24 blocks, up to +1.75% output error).
-    writes_residual: bool = False
-
-
-def scale_groups(layer: nn.Module) -> list[ScaleGroup]:
-    """The scaling groups of one decoder layer (RMSNorm -> q/k/v, v -> o, RMSNorm -> gate/up, up -> down)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    groups = [ScaleGroup("attn_in", layer.input_layernorm, [attn.q_proj, attn.k_proj, attn.v_proj])]
-    # v's channels map one to one onto o's inputs only without grouped-query attention.
-    if attn.v_proj.out_features == attn.o_proj.in_features:
-        groups.append(ScaleGroup("attn_v_o", attn.v_proj, [attn.o_proj], writes_residual=True))
-    groups += [ScaleGroup("mlp_in", layer.post_attention_layernorm, [mlp.gate_proj, mlp.up_proj]),
-               ScaleGroup("mlp_down", mlp.up_proj, [mlp.down_proj], writes_residual=True)]
-    return groups
-
-
-def input_sites(layer: nn.Module) -> dict[nn.Linear, list[nn.Linear]]:
-    """The linears of one decoder layer grouped by the input they share, keyed by the first of each."""
-    attn, mlp = layer.self_attn, layer.mlp
-    return {attn.q_proj: [attn.q_proj, attn.k_proj, attn.v_proj], attn.o_proj: [attn.o_proj],
-            mlp.gate_proj: [mlp.gate_proj, mlp.up_proj], mlp.down_proj: [mlp.down_proj]}
-
-
-def clip_targets(layer: nn.Module) -> list[nn.Linear]:
-    """Linears whose Q4_0 blocks get a clipping search. Not q/k: their output error says little
-    about the attention scores they feed (AutoAWQ leaves them out too)."""
-    attn, mlp = layer.self_attn, layer.mlp
-    return [attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    return name
