@@ -13,8 +13,9 @@ from awq2gguf.convert import convert_hf_to_gguf
 from conftest import llama_cpp_logits
 from test_awq2gguf_cli import kl_to
 
-PROMPT = ("The tower is 324 metres tall, about the same height as an 81-storey building, and the tallest "
-          "structure in Paris.\n\nIts base is square, measuring 125 metres on each side. During its construction")
+# Runs of spaces, tabs and newlines are user-defined pieces, which both tokenizers must match whole.
+PROMPT = ("The tower is 324 metres tall, about the same height as an 81-storey building.\n\n\nIts base is "
+          "square,  measuring 125 metres\ton each side.\n    During its construction")
 VOCABULARY = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
 LLAMA_TOKENS = r"""
 import json, sys
@@ -51,6 +52,7 @@ def test_hf_model_and_tokenizer_match_llama_cpp_on_the_gguf(hf_dir, builds):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(hf_dir)
+    assert len(tokenizer) == len(GGUFReader(source_gguf("gemma3")).fields["tokenizer.ggml.tokens"].data)
     tokens = tokenizer(PROMPT)["input_ids"]
     proc = subprocess.run([sys.executable, "-c", LLAMA_TOKENS, str(source_gguf("gemma3")), PROMPT],
                           env=builds["stock"].env(), capture_output=True, text=True, timeout=300, check=True)

@@ -189,9 +189,10 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
 int main(int argc, char ** argv) {
     ggml_backend_t cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu, argc > 1 ? atoi(argv[1]) : 2);
-    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column tile, a
-    // few, and an odd number of tiles. M: decode (1), below/at/above the 4-row GEMM groups, prefill.
-    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}};
+    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size, Gemma 3 270M's hidden
+    // size (20 blocks). N: one column tile, a few, and an odd number of tiles. M: decode (1),
+    // below/at/above the 4-row GEMM groups, prefill.
+    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}, {640, 40}};
     const int64_t rows[] = {1, 3, 4, 5, 8, 13, 64};
     for (const auto & s : shapes) {
         Weights w = make_weights(cpu, s[0], s[1]);

@@ -126,11 +126,12 @@ USER_DEFINED = 4
 
 
 def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
-    """The SentencePiece files of a GGUF whose vocabulary is SentencePiece's (tokenizer model
-    "llama", as Gemma 3's), into a Hugging Face folder: tokenizer.model with its pieces, scores and
-    types, and added_tokens.json with its user-defined pieces (llama.cpp's converter takes those
-    only from there). transformers rebuilds only a tokenizer.json from the GGUF, which llama.cpp's
-    converter would read as byte-level BPE; with these files it writes the vocabulary the GGUF had."""
+    """SentencePiece's files of a GGUF whose vocabulary is SentencePiece's (tokenizer model "llama",
+    as Gemma 3's), into a Hugging Face folder with the tokenizer transformers rebuilt from that
+    GGUF: tokenizer.model with its pieces, scores and types, and its user-defined pieces (runs of
+    newlines, tabs, spaces) in tokenizer_config.json's added_tokens_decoder, where llama.cpp's
+    converter takes them from and transformers matches them whole, as llama.cpp does. Without them
+    the converter would read the tokenizer.json as byte-level BPE."""
     from sentencepiece import sentencepiece_model_pb2 as sp
 
     fields = GGUFReader(gguf).fields
@@ -141,7 +142,10 @@ def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
                                                  field("tokenizer.ggml.token_type"), strict=True)):
         model.pieces.add(piece=piece, score=score, type=kind)
         if kind == USER_DEFINED:
-            user_defined[piece] = i
+            # As the tokenizer.json's vocabulary writes it (a space as U+2581, which the converter
+            # turns back): transformers gives a text it does not find there a new id.
+            user_defined[str(i)] = {"content": piece.replace(" ", "\u2581"), "lstrip": False, "normalized": False,
+                                    "rstrip": False, "single_word": False, "special": False}
     spec = model.trainer_spec
     spec.model_type, spec.vocab_size, spec.byte_fallback = sp.TrainerSpec.BPE, len(model.pieces), True
     spec.unk_id, spec.bos_id = field("tokenizer.ggml.unknown_token_id"), field("tokenizer.ggml.bos_token_id")
@@ -150,7 +154,10 @@ def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
     normalizer.name, normalizer.add_dummy_prefix = "identity", field("tokenizer.ggml.add_space_prefix")
     normalizer.remove_extra_whitespaces = False
     (folder / "tokenizer.model").write_bytes(model.SerializeToString())
-    (folder / "added_tokens.json").write_text(json.dumps(user_defined, ensure_ascii=False, indent=1))
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    config["added_tokens_decoder"] = config.get("added_tokens_decoder", {}) | user_defined
+    config_file.write_text(json.dumps(config, ensure_ascii=False, indent=2))
 
 
 def hf_folder(name: str) -> Path:
