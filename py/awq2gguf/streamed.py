@@ -1,8 +1,8 @@
 """A Hugging Face checkpoint held one part at a time, in FP32, with what AWQ folds saved part by part.
 
-The searches need FP32 weights, and a whole 7B model in FP32 is 28 GB. So the model's structure
-has its parameters on the meta device (no memory), and each part (the token embeddings, one decoder block,
-the final norm with the output matrix) gets its FP32 weights from the checkpoint's files when its
+The searches need FP32 weights, and a whole 7B model in FP32 is 28 GB. So the model is built with
+its parameters on the meta device (no memory), and each part (the token embeddings, one decoder
+block, the final norm with the output matrix) gets its FP32 weights from the checkpoint's files when its
 turn comes and lets them go after (awq.forward.Weights). What the search changes is saved as one
 safetensors shard per part; write_folder() completes the folded Hugging Face folder from the
 checkpoint for the parts it never changed. Peak memory is one part plus the activations,

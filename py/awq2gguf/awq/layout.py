@@ -36,7 +36,7 @@ class Layout:
     gate_up: tuple[str, ...] = ("mlp.gate_proj", "mlp.up_proj")
     down: str = "mlp.down_proj"
     attn_norm: str = "input_layernorm"
-    mlp_norm: str = "post_attention_layernorm"  # Gemma 3's is a sandwich norm after attention
+    mlp_norm: str = "post_attention_layernorm"  # before the MLP (Gemma 3's of this name is after attention)
     # Its RMSNorms multiply by (norm_offset + weight): Gemma's (1 + w) folds as (1 + w) / s - 1.
     norm_offset: float = 0.0
 
@@ -70,8 +70,8 @@ class Layout:
     def clip_targets(self, layer: nn.Module) -> list[nn.Linear]:
         """Linears whose Q4_0 blocks get a clipping search. Not q/k (nor a fused qkv): their output
         error says little about the attention scores they feed (AutoAWQ leaves them out too)."""
-        v = self.qkv[2:]
-        return self.linears(layer, (*v, self.o, *self.gate_up, self.down))
+        v_alone = self.qkv[2:]  # v_proj when q, k and v are apart; nothing of a fused qkv
+        return self.linears(layer, (*v_alone, self.o, *self.gate_up, self.down))
 
 
 @dataclass(frozen=True)
