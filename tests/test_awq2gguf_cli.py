@@ -1,5 +1,6 @@
 """`awq2gguf MODEL_DIR OUT.gguf` end to end on tiny random folders of every architecture, and its errors."""
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -298,6 +299,18 @@ def test_bad_calibration_and_output_paths(tiny_hf, calib_text, tmp_path):
     assert result.exit_code == 1 and "nowhere is not a directory" in result.output
     result = run(model_dir, out, "--calib", calib_text, "--alpha-steps", "-1")
     assert result.exit_code == 2 and "needs 0 steps (no scales) or more" in result.output, result.output
+
+
+def test_a_tokenizer_with_ids_past_the_vocabulary_gets_one_line(tmp_path, calib_text):
+    """Qwen2's tokenizer on a model with a 1024-token vocabulary: its text, and its own prompts
+    when it samples, have ids the model has no embedding for."""
+    model_dir = write_synthetic_hf(dataclasses.replace(SHAPES["tiny-tied"], n_vocab=1024), tmp_path / "small-vocab")
+    for args in (("--calib", calib_text), ()):
+        result = run(model_dir, tmp_path / "out.gguf", *args, *FAST)
+        assert result.exit_code == 1, result.output
+        assert "past the model's vocabulary of 1024: the folder's tokenizer does not belong with its weights" in \
+            " ".join(result.output.split()), result.output
+    assert leftovers(tmp_path) == [] and not (tmp_path / "out.gguf").exists()
 
 
 def test_jsonl_calibration_reads_the_text_fields(tiny_hf, calib_text, tmp_path):

@@ -90,6 +90,15 @@ def from_file(tokenizer, path: Path, n_samples: int, n_tokens: int, n_held_out: 
     return from_text(tokenizer, read_text(path), n_samples, n_tokens, str(path), n_held_out)
 
 
+def check_vocabulary(ids: list[list[int]] | torch.Tensor, n_vocab: int) -> None:
+    """Fail before the slow work if the tokenizer gave ids the model has no embedding for (the
+    lookup, or llama.cpp's sampler, would fail on them far from the cause)."""
+    top = max((int(max(row)) for row in ids), default=-1)
+    if top >= n_vocab:
+        raise CalibrationError(f"the tokenizer gives token id {top}, past the model's vocabulary of {n_vocab}: "
+                               "the folder's tokenizer does not belong with its weights")
+
+
 # Self-sampled text starts, in turn, from a passage opening (continued as plain text) and from a
 # chat prompt (through the chat template): left to itself from BOS a model writes what it was tuned
 # for most (a coder model writes code), while the quantized model will meet prose, code and

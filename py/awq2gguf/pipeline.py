@@ -174,13 +174,17 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
     return metadata.overrides(fields)
 
 
-def _calibrate(model_dir: Path, tokenizer, opts: Options, work: Path, progress: Progress) -> calibration.Calibration:
+def _calibrate(model_dir: Path, tokenizer, n_vocab: int, opts: Options, work: Path, progress: Progress
+               ) -> calibration.Calibration:
     if opts.calib is not None:
         with progress.stage(f"calibration text from {opts.calib.name}"):
-            return calibration.from_file(tokenizer, opts.calib, opts.calib_samples, opts.calib_tokens,
-                                         opts.calib_held_out)
+            calib = calibration.from_file(tokenizer, opts.calib, opts.calib_samples, opts.calib_tokens,
+                                          opts.calib_held_out)
+        calibration.check_vocabulary(calib.input_ids, n_vocab)
+        return calib
     n = opts.calib_samples + opts.calib_held_out
     prompts = calibration.prompt_ids(tokenizer, n, opts.calib_tokens) if opts.prompts else None
+    calibration.check_vocabulary(prompts or [], n_vocab)
     # All-Q4_0, not Q8_0 or F16: the sampler reads the fewest bytes per token, in the patched kernels.
     with progress.stage("all-Q4_0 GGUF for sampling calibration text"):
         source = convert_hf_to_gguf(model_dir, work / "source-q4_0.gguf", "q4_0")
@@ -400,7 +404,7 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             streamed = StreamedModel(model_dir, work / "folded", opts.untie_output,
                                      as_q4_0=opts.converter_writes_out)
         tokenizer = checkpoint.load_tokenizer(model_dir)
-        calib = _calibrate(model_dir, tokenizer, opts, work, progress)
+        calib = _calibrate(model_dir, tokenizer, streamed.embed.num_embeddings, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
         teacher = None
         if summary.tune_mode == "model" or (summary.tune_mode == "blocks" and opts.tune_norms_steps):
