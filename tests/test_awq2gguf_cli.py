@@ -155,7 +155,7 @@ def test_new_architectures_in_llama_cpp_agree_with_the_hf_model(calib_text, buil
     f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
     plain = quantize(builds["patched"], f16, tmp_path / "plain.gguf", "Q4_0")
     for build in builds.values():
-        # measured about 2e-7 (Gemma 3) and 4e-8 (Phi-3); the longrope factors alone move it 4e-6
+        # measured 1.8e-7 (Gemma 3) and 2.3e-7 (Phi-3); the longrope factors alone move it 4e-6
         assert kl_to(fp, llama_cpp_logits(build, f16, PROMPT_IDS)) < 1e-6
         plain_kl, kl = (kl_to(fp, llama_cpp_logits(build, f, PROMPT_IDS)) for f in (plain, out))
         assert kl < 1.5 * plain_kl, (build.name, kl, plain_kl)
