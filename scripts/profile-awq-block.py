@@ -23,6 +23,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.awq import apply, forward, search
+from awq2gguf.awq.layout import layout_of
 from awq2gguf.host import PRECISIONS, physical_cores, resolve_precision
 
 PARTS = {"capture": "_input_stats", "search": "search_scales", "compensate": "_compensated", "clip": "search_clip"}
@@ -89,7 +90,7 @@ def main() -> None:
     layer = model.model.layers[0]
     started = time.perf_counter()
     with torch.no_grad(), torch.profiler.profile() if args.ops else nullcontext() as profile:
-        apply._choose_block(layer, x, kwargs, search.DEFAULT_GRID, True, True, 0, 4, products)
+        apply._choose_block(layer, layout_of(model), x, kwargs, search.DEFAULT_GRID, True, True, 0, 4, products)
         timed("next input", forward.run_fake_quantized)(layer, x, kwargs, products)
     total = time.perf_counter() - started
     print(f"{args.shape} block, {args.samples} x {args.tokens} tokens, {precision} products, "
