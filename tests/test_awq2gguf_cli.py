@@ -17,6 +17,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
+from awq2gguf.awq.guard import kl_divergence
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
 from awq2gguf.llama_quantize import quantize
@@ -123,8 +124,7 @@ def test_llama3_rope_scaling_and_a_tied_output_as_in_llama_3_2(builds, tmp_path)
 def kl_to(fp: np.ndarray, logits: np.ndarray) -> float:
     """Mean KL divergence of logits' next-token distributions from fp's (a random model's logits
     are nearly flat, so their cosine says little and their KL divergence is small)."""
-    p, q = torch.tensor(fp).log_softmax(-1), torch.tensor(logits).log_softmax(-1)
-    return (p.exp() * (p - q)).sum(-1).mean().item()
+    return kl_divergence(torch.tensor(fp).log_softmax(-1), torch.tensor(logits).log_softmax(-1))
 
 
 # Phi-3's longrope (as in Phi-3-mini-128k, Phi-3.5 and Phi-4-mini), with distinct per-frequency

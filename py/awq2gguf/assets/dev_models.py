@@ -127,15 +127,17 @@ USER_DEFINED = 4
 
 def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
     """SentencePiece's files of a GGUF whose vocabulary is SentencePiece's (tokenizer model "llama",
-    as Gemma 3's), into a Hugging Face folder with the tokenizer transformers rebuilt from that
+    as Gemma 3's; nothing for another), into a Hugging Face folder with the tokenizer transformers rebuilt from that
     GGUF: tokenizer.model with its pieces, scores and types, and its user-defined pieces (runs of
     newlines, tabs, spaces) in tokenizer_config.json's added_tokens_decoder, where llama.cpp's
     converter takes them from and transformers matches them whole, as llama.cpp does. Without them
     the converter would read the tokenizer.json as byte-level BPE."""
-    from sentencepiece import sentencepiece_model_pb2 as sp
-
     fields = GGUFReader(gguf).fields
     field = lambda key: fields[key].contents()  # noqa: E731
+    if field("tokenizer.ggml.model") != "llama":
+        return
+    from sentencepiece import sentencepiece_model_pb2 as sp
+
     model = sp.ModelProto()
     user_defined = {}
     for i, (piece, score, kind) in enumerate(zip(field("tokenizer.ggml.tokens"), field("tokenizer.ggml.scores"),
@@ -176,6 +178,5 @@ def hf_folder(name: str) -> Path:
     with atomic_path(out) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        if GGUFReader(gguf).fields["tokenizer.ggml.model"].contents() == "llama":
-            write_sentencepiece_files(gguf, tmp)
+        write_sentencepiece_files(gguf, tmp)
     return out

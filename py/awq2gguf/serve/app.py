@@ -36,7 +36,6 @@ def _error_response(self, error: Exception, body=None):
     return _library_error_response(self, error, body)
 
 
-
 def create_app(opts: ServeOptions):
     server_app.run_in_threadpool = llama_thread.run_in_threadpool
     server_app.iterate_in_threadpool = llama_thread.iterate_in_threadpool
