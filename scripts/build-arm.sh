@@ -29,7 +29,7 @@ args=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64
       -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++
       -DBUILD_SHARED_LIBS=OFF -DCMAKE_EXE_LINKER_FLAGS=-static
       -DGGML_NATIVE=OFF -DGGML_CPU_ARM_ARCH="$march" -DGGML_OPENMP=OFF -DGGML_LLAMAFILE=OFF
-      -DLLAMA_BUILD_TESTS=OFF)
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_SERVER=OFF)
 configure_build_dir "$out" "arm-$variant-$name" "${args[@]}"
 # The end-to-end check (llama-perplexity under QEMU) runs on the sve variant only.
 targets=(ggml)

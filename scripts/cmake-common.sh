@@ -21,7 +21,7 @@ configure_build_dir() {
     local out=$1 commit=$2
     shift 2
     local args=("${cmake_common[@]}" -DCMAKE_BUILD_TYPE=Release -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TOOLS=ON
-                -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_NUMBER=0
+                -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_NUMBER=0
                 -DLLAMA_BUILD_COMMIT="$commit" "$@")
     local stamp="$out/awq2gguf-configure.txt" want
     want=$(configure_inputs "${args[@]}")

@@ -108,18 +108,20 @@ def test_awq_cost_of_a_block_wise_tuned_job(tmp_path):
     assert 0 < sum(stages.values()) <= report["seconds"]
 
 
-def test_serve_measures_both_builds_at_each_client_count(tiny_q4_0, tmp_path):
+def test_serve_measures_each_server_at_each_client_count(tiny_q4_0, tmp_path):
     proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--clients", "1,2",
-                 "--requests", "2", "--prompt-words", "8", "--n-gen", "4", "--reps", "2", "--threads", "2", "--json")
+                 "--parallel", "1,2", "--requests", "2", "--prompt-words", "8", "--n-gen", "4", "--reps", "2",
+                 "--threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
     assert [(r["build"], r["clients"], r["requests"]) for r in report["rows"]] == [
-        ("stock", 1, 2), ("stock", 2, 4), ("patched", 1, 2), ("patched", 2, 4)]
+        (f"{build}, {parallel} at once", clients, 2 * clients)
+        for build in ("stock", "patched") for parallel in (1, 2) for clients in (1, 2)]
     for r in report["rows"]:
         assert r["requests_per_s"] > 0 and 0 < r["ttft_ms_median"] <= r["ttft_ms_max"]
     assert all(len(reps) == 2 for reps in report["runs"].values())
     md = bench(tmp_path, "report")
-    assert md.returncode == 0 and "| build | clients | requests | requests/s |" in md.stdout
+    assert md.returncode == 0 and "| server | clients | requests | requests/s | answer tokens/s |" in md.stdout
 
 
 def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, tmp_path):
@@ -131,5 +133,5 @@ def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, 
     (row,) = report["rows"]
     assert (row["build"], row["requests"], row["errors"], report["clients"]) == ("patched", 30, 0, 3)
     assert len(row["requests_per_s_windows"]) == 10 and row["requests_per_s"] > 0
-    assert row["rss_max_mib"] >= row["rss_warm_mib"] > 10  # the server process, not the client
+    assert row["rss_max_mib"] >= row["rss_warm_mib"] > 10  # the server and its engine, not the client
     assert len(report["runs"]["patched"]["ends_s"]) == 30

@@ -60,14 +60,14 @@ class ToolFailed(Awq2ggufError):
     pass
 
 
-def _tail(text: str, lines: int = TAIL_LINES) -> str:
+def tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def tool_failure(what: str, returncode: int, output: str,
                  error: type[Awq2ggufError] = ToolFailed) -> Awq2ggufError:
     """The one message of a failed tool: what failed, its exit code and the tail of its output."""
-    return error(f"{what} failed ({returncode}):\n{_tail(output)}")
+    return error(f"{what} failed ({returncode}):\n{tail(output)}")
 
 
 def run_tool(cmd: list[str], what: str, env: dict[str, str] | None = None,
@@ -107,7 +107,7 @@ def stream_tool(cmd: list[str], what: str, on_line: Callable[[str], None], env: 
         proc.wait()
         err.seek(0)
         if expired.is_set():
-            raise error(f"{what} ran past {timeout:.0f} s and was stopped:\n{_tail(err.read())}")
+            raise error(f"{what} ran past {timeout:.0f} s and was stopped:\n{tail(err.read())}")
         if proc.returncode != 0:
             raise tool_failure(what, proc.returncode, err.read(), error)
 

@@ -1,9 +1,10 @@
-"""`bench serve`: awq2gguf-serve under 1, 2, 4 ... concurrent streaming clients, builds interleaved.
+"""`bench serve`: awq2gguf-serve under 1, 2, 4 ... concurrent streaming clients, servers (a build and
+its --parallel) interleaved.
 
 Each client sends its requests one after another, each a streamed completion of a prompt no other
-request starts with (llama-cpp-python reuses the longest cached prefix, which would skip the
-prefill) and exactly n_gen tokens (min_tokens holds off end-of-generation). Measured per level:
-requests/s over the level's wall time, and time to first token (queueing and prefill) per request.
+request starts with (llama-server reuses a slot's cached prefix, which would skip the prefill) and
+exactly n_gen tokens (ignore_eos holds off end-of-generation). Measured per level: requests/s over
+the level's wall time, and time to first token (queueing and prefill) per request.
 
 A soak run instead sends many requests from one count of clients to one server per build, and
 records each request's end (or its error) and the server's RSS every half second: requests/s over
@@ -23,6 +24,8 @@ import openai
 import psutil
 
 from ..builds import Build
+from ..proc_io import tail
+from . import BenchError
 from ..serve.process import served
 
 FILLER = ("the quick brown fox jumps over the lazy dog while a small bird sings in the old tree by the river "
@@ -39,7 +42,7 @@ def _streamed_request(api: openai.OpenAI, i: int, prompt_words: int, n_gen: int)
     start = time.perf_counter()
     ttft = None
     stream = api.completions.create(model="m", prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
-                                    stream=True, extra_body={"min_tokens": n_gen})
+                                    stream=True, extra_body={"ignore_eos": True})
     for _ in stream:
         ttft = ttft or time.perf_counter() - start
     return ttft
@@ -65,27 +68,37 @@ def load_level(url: str, clients: int, requests_per_client: int, prompt_words: i
             "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts)}
 
 
-def run_serve_bench(builds: list[Build], model: Path, threads: int, levels: tuple[int, ...], reps: int,
+def server_label(build: Build, parallel: int) -> str:
+    return f"{build.name}, {parallel} at once"
+
+
+def run_serve_bench(servers: list[tuple[Build, int]], model: Path, threads: int, levels: tuple[int, ...], reps: int,
                     requests_per_client: int, prompt_words: int, n_gen: int,
                     on_level: Callable[[], None] = lambda: None) -> dict[str, list[list[dict]]]:
-    """{build: [one list of level results per repetition]}, builds in ABBA order; each repetition
-    starts a fresh server per build. Prompts never repeat within a server's life."""
-    out = {b.name: [] for b in builds}
+    """{server label: [one list of level results per repetition]} for each (build, --parallel), in
+    ABBA order; each repetition starts each server afresh. Prompts never repeat within a server's life."""
+    out = {server_label(*s): [] for s in servers}
     for rep in range(reps):
-        for build in builds if rep % 2 == 0 else builds[::-1]:
-            with served(model, build.name, threads) as server:
+        for build, parallel in servers if rep % 2 == 0 else servers[::-1]:
+            with served(model, build.name, threads, "--parallel", str(parallel),
+                        "--queue", str(max(parallel, *levels))) as server:
                 results, first_id = [], 0
                 for clients in levels:
-                    results.append(load_level(server.url, clients, requests_per_client, prompt_words, n_gen, first_id))
+                    try:
+                        results.append(load_level(server.url, clients, requests_per_client, prompt_words, n_gen,
+                                                  first_id))
+                    except openai.OpenAIError as e:
+                        raise BenchError(f"a request to {server_label(build, parallel)} at {clients} clients failed: "
+                                         f"{e}; the server's last lines:\n{tail(server.output())}") from None
                     first_id += clients * requests_per_client
                     on_level()
-            out[build.name].append(results)
+            out[server_label(build, parallel)].append(results)
     return out
 
 
 def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> list[dict]:
-    """One row per build and level: medians over repetitions, and requests/s over the first
-    build's, paired per repetition."""
+    """One row per server and level: medians over repetitions, and requests/s over the first
+    server's, paired per repetition."""
     base = next(iter(runs))
     rows = []
     for build, reps in runs.items():
@@ -103,7 +116,8 @@ def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> lis
 def soak(url: str, pid: int, clients: int, requests: int, prompt_words: int, n_gen: int,
          on_request: Callable[[], None] = lambda: None) -> dict:
     """`requests` requests shared by `clients` clients, each sending one after another. Returns each
-    request's end in seconds from the start, the errors (as text) and (time, server RSS bytes) samples."""
+    request's end in seconds from the start, the errors (as text) and (time, RSS bytes of the server
+    and its llama-server) samples."""
     api, server = _api(url), psutil.Process(pid)
     ends, errors, rss = [], [], []
     next_id = iter(range(requests))
@@ -112,7 +126,7 @@ def soak(url: str, pid: int, clients: int, requests: int, prompt_words: int, n_g
 
     def sample():
         while True:
-            rss.append((time.perf_counter() - start, server.memory_info().rss))
+            rss.append((time.perf_counter() - start, sum(p.memory_info().rss for p in (server, *server.children()))))
             if stop.wait(0.5):
                 return
 

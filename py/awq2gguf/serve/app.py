@@ -1,53 +1,156 @@
-"""One ASGI app: llama-cpp-python's OpenAI-compatible server, our limits, and the chat page.
+"""awq2gguf-serve's HTTP face: OpenAI's routes in front of llama-server (the key, the limits, the
+queue, the model's alias), and the chat page."""
 
-Import this module only after the chosen build's LLAMA_CPP_LIB_PATH is in the environment:
-llama_cpp loads libllama.so when it is imported.
-"""
+# No `from __future__ import annotations`: FastAPI reads the routes' body types, made in create_app,
+# from their annotations.
+import secrets
+import time
 
-from __future__ import annotations
-
+import httpx
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import RedirectResponse
-from llama_cpp.server import app as server_app
-from llama_cpp.server.errors import RouteErrorHandler
-from llama_cpp.server.settings import ModelSettings, ServerSettings
+from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException
 
-from . import llama_thread
-from .limits import LimitsMiddleware, openai_error
-from .model import ServeOptions, count_prompt_tokens, refusal
+from .engine import EngineAPI
+from .limits import Admission, Limits, OpenAIError
+from .options import ServeOptions
+from .requests import request_models
 
 PAGE_PATH = "/chat"
-# The model is never loaded for embeddings: llama-cpp-python would answer every request with a 500.
-UNSERVED_PATHS = ("/v1/embeddings",)
-
-_library_error_response = RouteErrorHandler.error_message_wrapper
+API_PREFIX = "/v1/"
 
 
-def _error_response(self, error: Exception, body=None):
-    """llama-cpp-python's route handler answers 500 to everything it has no pattern for: FastAPI's
-    own validation error (a body of the wrong shape) and the ValueError or TypeError it raises itself
-    on what a request asks (a tool_choice naming no tool ...). Those are the client's mistakes: 400;
-    llama.cpp's own failures (RuntimeError) stay 500."""
-    if isinstance(error, RequestValidationError):
-        fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return 400, openai_error(400, f"invalid request: {fields}", "invalid_request")
-    if isinstance(error, (ValueError, TypeError)) and not any(p.search(str(error)) for p in self.pattern_and_formatters):
-        return 400, openai_error(400, str(error), "invalid_request")
-    return _library_error_response(self, error, body)
+def _validation_error(_request, error: RequestValidationError) -> JSONResponse:
+    """FastAPI's 422 as a 400 in OpenAI's shape, saying which fields are wrong and why."""
+    errors = error.errors()
+    for e in errors:
+        if e["type"] == "json_invalid":
+            return OpenAIError(400, f"the request body is not valid JSON: {e['ctx']['error']}", "invalid_json").response()
+        if tuple(e["loc"]) == ("body",) and e["type"] == "model_attributes_type":
+            return OpenAIError(400, "the request body must be a JSON object", "invalid_json").response()
+    fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+    return OpenAIError(400, f"invalid request: {fields}", "invalid_request").response()
 
 
-def create_app(opts: ServeOptions):
-    server_app.run_in_threadpool = llama_thread.run_in_threadpool
-    server_app.iterate_in_threadpool = llama_thread.iterate_in_threadpool
-    RouteErrorHandler.error_message_wrapper = _error_response
-    server = ServerSettings(api_key=opts.api_key, interrupt_requests=False)  # never cut one user's stream for another's
-    model = ModelSettings(model=str(opts.model), model_alias=opts.alias, n_ctx=opts.ctx, n_threads=opts.threads,
-                          n_threads_batch=opts.threads, verbose=False)
-    server_app.router.routes = [r for r in server_app.router.routes if r.path not in UNSERVED_PATHS]
-    app = server_app.create_app(server_settings=server, model_settings=[model])
+def _http_error(_request, error: HTTPException) -> JSONResponse:
+    """Starlette's own refusals (404, 405, a body it cannot parse) in OpenAI's shape."""
+    return OpenAIError(error.status_code, str(error.detail), "invalid_request", error.headers).response()
 
-    from . import page  # gradio is heavy: imported once the model has loaded
 
-    app = page.mount(app, opts, PAGE_PATH)
+class _Gate:
+    """Before any route: the API key for the API (401), and a body no longer than the limits allow (413)."""
+
+    def __init__(self, app, api_key: str | None, max_body_bytes: int):
+        self.app, self.max_body_bytes = app, max_body_bytes
+        self.authorization = f"Bearer {api_key}".encode() if api_key else None
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.authorization and not secrets.compare_digest(headers.get(b"authorization", b""), self.authorization):
+            return await OpenAIError(401, "this server needs its API key: Authorization: Bearer KEY",
+                                     "invalid_api_key").response()(scope, receive, send)
+        length = headers.get(b"content-length", b"0")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            return await self._too_large(scope, receive, send)
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body_bytes:
+                return await self._too_large(scope, receive, send)
+        replayed = False
+
+        async def replay():
+            """The body once, then the client's own messages (its disconnect)."""
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    async def _too_large(self, scope, receive, send):
+        await OpenAIError(413, f"the request body is over this server's limit of {self.max_body_bytes} bytes",
+                          "request_too_large").response()(scope, receive, send)
+
+
+class _Relay(StreamingResponse):
+    """llama-server's event stream passed on as it comes. The request leaves the queue with the last
+    byte of its answer (the client's next request must fit), or when the client goes away; then the
+    stream from llama-server is closed, which stops its generation."""
+
+    def __init__(self, upstream: httpx.Response, release):
+        super().__init__(upstream.aiter_raw(), media_type="text/event-stream")
+        self.upstream, self.release = upstream, release
+
+    async def __call__(self, scope, receive, send):
+        async def send_and_release(message):
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.release()
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, send_and_release)
+        finally:
+            self.release()
+            await self.upstream.aclose()
+
+
+def create_app(opts: ServeOptions, engine: EngineAPI):
+    limits: Limits = opts.limits
+    admission = Admission(limits.queue)
+    app = FastAPI(title="awq2gguf-serve", summary=f"{opts.model.name} on the {opts.build} llama.cpp build",
+                  exception_handlers={RequestValidationError: _validation_error, HTTPException: _http_error,
+                                      OpenAIError: lambda _request, e: e.response()})
+
+    CompletionRequest, ChatRequest = request_models(limits.max_tokens)
+
+    async def generate(path: str, request: BaseModel) -> Response:
+        body = request.model_dump(exclude_none=True)
+        body["model"] = opts.alias
+        body.setdefault("max_tokens", limits.max_tokens)
+        if refusal := limits.max_tokens_refusal(body["max_tokens"]):
+            raise refusal
+        if refusal := limits.prompt_refusal(await engine.prompt_tokens(path, body)):
+            raise refusal
+        release = admission.enter()
+        try:
+            upstream = await engine.send(path, body)
+        except BaseException:
+            release()
+            raise
+        if upstream.status_code == 200 and body.get("stream"):
+            return _Relay(upstream, release)
+        try:
+            content = await upstream.aread()
+        finally:
+            await upstream.aclose()
+            release()
+        return Response(content, upstream.status_code, media_type=upstream.headers.get("content-type"))
+
+    @app.post("/v1/completions")
+    async def completions(request: CompletionRequest) -> Response:
+        return await generate("/v1/completions", request)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: ChatRequest) -> Response:
+        return await generate("/v1/chat/completions", request)
+
+    @app.get("/v1/models")
+    def models() -> dict:
+        return {"object": "list", "data": [{"id": opts.alias, "object": "model", "owned_by": "awq2gguf",
+                                            "created": int(opts.model.stat().st_mtime)}]}
+
+    from . import page  # gradio is heavy: imported once the engine has loaded the model
+
+    app = page.mount(app, opts, engine, admission, PAGE_PATH)
     app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
-    return LimitsMiddleware(app, opts.limits, count_prompt_tokens, refusal, opts.alias)
+    return _Gate(app, opts.api_key, limits.max_body_bytes)

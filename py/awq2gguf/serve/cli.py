@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 import signal
 import socket
 import sys
@@ -11,12 +10,14 @@ from pathlib import Path
 
 import click
 
-from ..builds import BUILD_NAMES, get_build
+from ..builds import BUILD_NAMES
 from ..cli_options import THREADS
 from ..proc_io import Command
 from .limits import Limits
+from .options import ServeOptions
 
 LOOPBACK = "127.0.0.1"
+DEFAULT_PARALLEL = 4  # measured in bench/results/README.md: batching 4 answers multiplies decode tokens/s
 
 
 def _is_loopback(host: str) -> bool:
@@ -37,7 +38,7 @@ def _gguf(_ctx, _param, path: Path) -> Path:
 @click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
 @click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
-              help="llama.cpp build whose libllama.so runs the model (stock: for comparison).")
+              help="llama.cpp build whose llama-server runs the model (stock: for comparison).")
 @click.option("--host", default=LOOPBACK, show_default=True,
               help="Address to listen on. Anything but loopback needs --api-key.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)
@@ -47,22 +48,27 @@ def _gguf(_ctx, _param, path: Path) -> Path:
 @click.option("--ctx", type=click.IntRange(min=64), default=4096, show_default=True,
               help="Context per request: prompt and answer together.")
 @click.option("--max-tokens", type=click.IntRange(min=1), default=512, show_default=True,
-              help="Longest answer a request may ask for (400 beyond it); chat requests without max_tokens get it.")
+              help="Longest answer a request may ask for (400 beyond it); requests without max_tokens get it.")
 @click.option("--max-prompt-tokens", type=click.IntRange(min=1),
               help="Longest prompt (400 beyond it).  [default: --ctx minus --max-tokens]")
+@click.option("--parallel", "-np", type=click.IntRange(min=1), default=DEFAULT_PARALLEL, show_default=True,
+              help="Answers decoded together (llama-server's slots): one pass over the weights serves them all. "
+                   "Each holds a whole --ctx of KV cache.")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Generation requests running or waiting at once; more get 503. One runs at a time.")
+              help="Generation requests running or waiting at once; more get 503.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
-              help="On SIGTERM, seconds the open answers get to finish before they are cut (new connections "
+              help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")
-def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, queue,
+def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue,
          shutdown_timeout):
     """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat.
 
-    The chat page streams each answer, shows its prefill and decode speed, and how
-    the GGUF was made (its awq2gguf metadata). Requests are answered one at a time, in order;
-    a full queue answers 503, over-long prompts and answers 400. SIGTERM lets the open answers
-    finish (up to --shutdown-timeout), then exits 0.
+    The build's llama-server runs the model, decoding up to --parallel answers together (the
+    others wait their turn); this server in front of it checks the key and the limits: a full
+    queue answers 503, over-long prompts and answers 400, malformed requests 400. The chat page
+    streams each answer, shows its prefill and decode speed, and how the GGUF was made (its
+    awq2gguf metadata). SIGTERM or Ctrl-C lets the open answers finish (up to --shutdown-timeout),
+    then exits.
     """
     if max_prompt_tokens is None:
         if max_tokens >= ctx:
@@ -71,29 +77,25 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     elif max_prompt_tokens + max_tokens > ctx:
         raise click.UsageError(f"--max-prompt-tokens {max_prompt_tokens} plus --max-tokens {max_tokens} "
                                f"is more than --ctx {ctx}")
+    if parallel > queue:
+        raise click.UsageError(f"--parallel {parallel} is more than --queue {queue}: the extra slots would never run")
     if not api_key and not _is_loopback(host):
         raise click.UsageError(f"--host {host} exposes the server beyond this machine: give it an --api-key "
                                "(or AWQ2GGUF_API_KEY)")
-    os.environ.update(get_build(build_name).env())  # before llama_cpp is imported
-
     import uvicorn
-    from sse_starlette.sse import AppStatus
 
     from .app import PAGE_PATH, create_app
-    from .model import ServeOptions
+    from .engine import running_engine
 
-    opts = ServeOptions(model, build_name, threads, ctx, Limits(max_prompt_tokens, max_tokens, queue), api_key)
-    try:
-        app = create_app(opts)
-    except ValueError as e:  # llama-cpp-python's "Failed to load model from file"
-        raise click.ClickException(f"cannot load {model}: {e}") from e
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"serving {model.name} with the {build_name} build on http://{shown}:{port}: "
-               f"OpenAI API at /v1, chat page at {PAGE_PATH}", err=True)
-    # sse-starlette cuts every open stream on the first signal; uvicorn's graceful shutdown lets
-    # them end, each at its max_tokens at most, and cancels them after the timeout.
-    AppStatus.disable_automatic_graceful_drain()
-    # uvicorn raises the signal that stopped it again once it has shut down: a SIGTERM that let
-    # the answers end is a normal stop.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
+    opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key)
+    with running_engine(opts) as engine:
+        app = create_app(opts, engine)
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"serving {model.name} with the {build_name} build's llama-server ({parallel} answers at once) on "
+                   f"http://{shown}:{port}: OpenAI API at /v1, chat page at {PAGE_PATH}", err=True)
+        # uvicorn lets the open answers end (each at its max_tokens at most), cancels them after the
+        # timeout, then raises the signal that stopped it again: a stop that let them end is a
+        # normal exit, without a traceback.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+        signal.signal(signal.SIGINT, lambda *_: sys.exit(128 + signal.SIGINT))
+        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)

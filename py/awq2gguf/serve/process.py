@@ -5,10 +5,11 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import httpx
 
@@ -28,6 +29,7 @@ def free_port() -> int:
 class Served(NamedTuple):
     url: str  # http://127.0.0.1:PORT
     process: subprocess.Popen
+    output: Callable[[], str]  # what the server has printed so far
 
 
 @contextmanager
@@ -36,14 +38,20 @@ def served(model: Path, build: str, threads: int, *args: str, api_key: str | Non
     port = free_port()
     cmd = [sys.executable, "-m", "awq2gguf.serve", str(model), "--port", str(port), "--build", build,
            "-t", str(threads), *(["--api-key", api_key] if api_key else []), *args]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tempfile.TemporaryFile("w+", errors="replace")  # a pipe nobody reads would fill and stop the server
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
+
+    def output() -> str:
+        log.seek(0)
+        return log.read()
+
     try:
         deadline = time.monotonic() + timeout
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         while True:
             if proc.poll() is not None:
-                raise tool_failure(f"awq2gguf-serve ({build} build)", proc.returncode, proc.stdout.read(), ServeFailed)
+                raise tool_failure(f"awq2gguf-serve ({build} build)", proc.returncode, output(), ServeFailed)
             try:
                 if httpx.get(f"{url}/v1/models", headers=headers).status_code == 200:
                     break
@@ -52,7 +60,7 @@ def served(model: Path, build: str, threads: int, *args: str, api_key: str | Non
             if time.monotonic() > deadline:
                 raise ServeFailed(f"awq2gguf-serve ({build} build) did not answer within {timeout:.0f} s")
             time.sleep(0.25)
-        yield Served(url, proc)
+        yield Served(url, proc, output)
     finally:
         proc.terminate()
         try:
@@ -60,3 +68,4 @@ def served(model: Path, build: str, threads: int, *args: str, api_key: str | Non
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        log.close()

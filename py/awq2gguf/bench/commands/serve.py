@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
+from ...serve.cli import DEFAULT_PARALLEL
 from ...serve.process import served
 from ..serve import run_serve_bench, soak, summarise, summarise_soak
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
@@ -32,18 +33,18 @@ class ServeReport(Report):
     n_gen: int
     prompt_words: int
     requests_per_client: int
-    rows: list[dict]  # per build and client count: requests/s, time to first token, ratio to the first build
-    runs: dict[str, list]  # build -> every repetition as measured
+    rows: list[dict]  # per server and client count: requests/s, time to first token, ratio to the first server
+    runs: dict[str, list]  # server -> every repetition as measured
 
     def table(self) -> Table:
         base = self.rows[0]["build"]
         title = (f"awq2gguf-serve, {Path(self.model).name}: streamed completions of ~{self.prompt_words} words "
                  f"+ {self.n_gen} tokens, {self.requests_per_client} per client, {self.threads} thread(s), "
-                 f"{self.reps} interleaved reps, median (min-max)")
-        headers = ["build", "clients", "requests", "requests/s", "first token ms (median)", "first token ms (max)",
-                   f"requests/s vs {base}"]
+                 f"{self.reps} interleaved reps, median (min-max); a server is a build and its --parallel")
+        headers = ["server", "clients", "requests", "requests/s", "answer tokens/s", "first token ms (median)",
+                   "first token ms (max)", f"requests/s vs {base}"]
         rows = [[r["build"], str(r["clients"]), str(r["requests"]), f"{r['requests_per_s']:.3f}",
-                 f"{r['ttft_ms_median']:.0f}", f"{r['ttft_ms_max']:.0f}",
+                 f"{r['requests_per_s'] * self.n_gen:.1f}", f"{r['ttft_ms_median']:.0f}", f"{r['ttft_ms_max']:.0f}",
                  "1" if r["build"] == base else spread(r["ratio"], ".3f")] for r in self.rows]
         return Table(title, headers, rows)
 
@@ -86,6 +87,9 @@ class SoakReport(Report):
 @BUILDS
 @click.option("--clients", "levels", default="1,2,4", show_default=True, callback=_parse_levels,
               help="Concurrent clients, comma-separated: one measurement per count.")
+@click.option("--parallel", "parallels", default=str(DEFAULT_PARALLEL), show_default=True, callback=_parse_levels,
+              help="awq2gguf-serve's --parallel, comma-separated: each build is served with each (1: one "
+                   "answer at a time).")
 @click.option("--requests", "requests_per_client", type=click.IntRange(min=1), default=4, show_default=True,
               help="Requests each client sends, one after another.")
 @click.option("--prompt-words", type=click.IntRange(min=2), default=100, show_default=True)
@@ -96,8 +100,8 @@ class SoakReport(Report):
               help="Instead: N requests from the largest --clients count to one server per build: requests/s "
                    "over time, errors and the server's RSS growth after warm-up.")
 @JSON
-def serve(threads, model, shape, qtype, build_names, levels, requests_per_client, prompt_words, n_gen, reps, soak_n,
-          as_json):
+def serve(threads, model, shape, qtype, build_names, levels, parallels, requests_per_client, prompt_words, n_gen, reps,
+          soak_n, as_json):
     """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
     completions through the OpenAI API, builds compared on the same file."""
     busy = check_machine(threads)
@@ -107,7 +111,8 @@ def serve(threads, model, shape, qtype, build_names, levels, requests_per_client
         runs = {}
         with progress("soak requests", soak_n * len(builds)) as advance:
             for build in builds:
-                with served(model, build.name, threads, "--queue", str(max(levels))) as server:
+                with served(model, build.name, threads, "--queue", str(max(levels)),
+                            "--parallel", str(min(parallels[0], max(levels)))) as server:
                     runs[build.name] = soak(server.url, server.process.pid, max(levels), soak_n, prompt_words, n_gen,
                                             on_request=advance)
         report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
@@ -115,9 +120,10 @@ def serve(threads, model, shape, qtype, build_names, levels, requests_per_client
                             rows=[{"build": b, **summarise_soak(r, SOAK_WINDOWS, SOAK_WARM_UP)} for b, r in runs.items()],
                             runs={b: {"ends_s": r["ends_s"], "rss": r["rss"]} for b, r in runs.items()})
         return finish(report, as_json)
-    with progress("serving load levels", reps * len(builds) * len(levels)) as advance:
-        runs = run_serve_bench(builds, model, threads, levels, reps, requests_per_client,
-                                          prompt_words, n_gen, on_level=advance)
+    servers = [(b, p) for b in builds for p in parallels]
+    with progress("serving load levels", reps * len(servers) * len(levels)) as advance:
+        runs = run_serve_bench(servers, model, threads, levels, reps, requests_per_client, prompt_words, n_gen,
+                               on_level=advance)
     report = ServeReport(kind="serve", threads=threads, model=str(model), reps=reps, n_gen=n_gen,
                          prompt_words=prompt_words, requests_per_client=requests_per_client, busy_warning=busy,
                          rows=summarise(runs, levels), runs=runs)

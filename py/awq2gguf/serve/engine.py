@@ -1,0 +1,147 @@
+"""llama-server, the engine behind awq2gguf-serve: the chosen build's own server as a child process on
+a private loopback port, and the calls the API and the chat page make to it.
+
+llama-server decodes the requests of its parallel slots together (continuous batching): one pass
+over the weights serves every open answer, which on a CPU multiplies the tokens/s the machine gives.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import json
+import os
+import secrets
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from typing import AsyncIterator
+
+import httpx
+
+from ..builds import get_build
+from ..proc_io import Awq2ggufError, tool_failure
+from .limits import OpenAIError
+from .options import ServeOptions
+from .process import free_port
+
+LOG_LINES = 40  # the engine's last log lines, quoted if it fails
+_PR_SET_PDEATHSIG = 1
+
+
+class EngineFailed(Awq2ggufError):
+    pass
+
+
+def _engine_child() -> None:
+    """In the child before exec: the engine never outlives awq2gguf-serve (killed when it dies, even
+    by SIGKILL: it holds nothing to save); its own process group keeps a terminal's Ctrl-C from
+    reaching it before the open answers have ended."""
+    os.setpgid(0, 0)
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@contextmanager
+def running_engine(opts: ServeOptions, timeout: float = 600):
+    """Yields an EngineAPI once llama-server has loaded the model; stops it on exit."""
+    build = get_build(opts.build)
+    port, key = free_port(), secrets.token_hex(16)
+    cmd = [str(build.tool("llama-server")), "--model", str(opts.model), "--alias", opts.alias,
+           "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
+           # every slot holds a whole request's context
+           "--parallel", str(opts.parallel), "--ctx-size", str(opts.ctx * opts.parallel),
+           "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
+           "--n-predict", str(opts.limits.max_tokens), "--no-webui", "--no-slots",
+           # no host-memory copy of finished prompts' KV: by default it grows to 8 GiB (a slot still
+           # reuses the prefix of its own last prompt)
+           "--cache-ram", "0"]
+    proc = subprocess.Popen(cmd, env=build.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", preexec_fn=_engine_child)
+    log = collections.deque(maxlen=LOG_LINES)
+    reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
+    reader.start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                reader.join(5)
+                raise tool_failure(f"llama-server ({opts.build} build) on {opts.model.name}", proc.returncode,
+                                   "".join(log), EngineFailed)
+            try:
+                if httpx.get(f"{url}/health", timeout=5).status_code == 200:  # 503 while loading
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise EngineFailed(f"llama-server ({opts.build} build) did not load {opts.model.name} within "
+                                   f"{timeout:.0f} s")
+            time.sleep(0.1)
+        yield EngineAPI(url, key)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class EngineAPI:
+    """Calls to llama-server. Its HTTP client is made on first use, inside the server's event loop."""
+
+    def __init__(self, url: str, key: str):
+        self.url, self.key = url, key
+        self._client: httpx.AsyncClient | None = None
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            # A fresh connection per call: llama-server closes idle keep-alive connections on its own
+            # clock, and a request sent on one as it closes fails (a 500 under bench serve's load).
+            self._client = httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {self.key}"},
+                                             timeout=httpx.Timeout(None, connect=10),
+                                             limits=httpx.Limits(max_keepalive_connections=0))
+        return self._client
+
+    async def _json(self, path: str, body: dict) -> dict:
+        r = await self.client.post(path, json=body)
+        if r.status_code != 200:
+            raise OpenAIError(400, f"the prompt cannot be made of this request: {_message(r)}", "invalid_request")
+        return r.json()
+
+    async def prompt_tokens(self, path: str, body: dict) -> int:
+        """Tokens of the prompt llama-server would evaluate for this completion or chat request (its
+        chat template applied, BOS included)."""
+        prompt = body.get("prompt", "")
+        if path.endswith("chat/completions"):
+            prompt = (await self._json("/apply-template", body))["prompt"]
+        elif isinstance(prompt, list):  # token ids
+            return len(prompt)
+        return len((await self._json("/tokenize", {"content": prompt, "add_special": True}))["tokens"])
+
+    async def send(self, path: str, body: dict) -> httpx.Response:
+        """llama-server's response, its body not read yet (the caller streams it, then closes it)."""
+        return await self.client.send(self.client.build_request("POST", path, json=body), stream=True)
+
+    async def chat_events(self, body: dict) -> AsyncIterator[dict]:
+        """A streamed chat completion's chunks, parsed; OpenAIError if llama-server refuses it."""
+        r = await self.send("/v1/chat/completions", {**body, "stream": True})
+        try:
+            if r.status_code != 200:
+                await r.aread()
+                raise OpenAIError(r.status_code, _message(r), "engine_error")
+            async for line in r.aiter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    yield json.loads(line[len("data: "):])
+        finally:
+            await r.aclose()
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        return r.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return f"llama-server answered {r.status_code}: {r.text[:200]}"
