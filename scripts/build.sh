@@ -16,7 +16,7 @@ source scripts/cmake-common.sh
 
 targets=("$@")
 [ $# -eq 0 ] && targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
-                         llama-server test-backend-ops test-quantize-fns test-export-graph-ops)
+                         llama-server ggml-rpc-server test-backend-ops test-quantize-fns test-export-graph-ops)
 
 # AMX stays out of both builds: at the pin, ggml's AMX kernels take the Q4_0 weights on an Intel
 # CPU that has it, and GCC 12 drops the stores that fill their tile configuration, so the first
@@ -26,8 +26,9 @@ native=()
 [ "$(uname -m)" = x86_64 ] && native=("-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
                                       "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
 # llama-server (awq2gguf-serve's engine) without its web UI: the UI would be fetched from the network
-# or built with npm, and awq2gguf-serve has its own chat page.
-args=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON
+# or built with npm, and awq2gguf-serve has its own chat page. The RPC backend and ggml-rpc-server
+# split a model's layers over machines (awq2gguf-serve --rpc).
+args=(-DBUILD_SHARED_LIBS=ON -DGGML_NATIVE=ON -DGGML_OPENMP=ON -DLLAMA_BUILD_TESTS=ON -DGGML_RPC=ON
       -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "${native[@]}")
 configure_build_dir "$out" "$name" "${args[@]}"
 cmake --build "$out" --config Release -j "$jobs" --target "${targets[@]}"

@@ -35,6 +35,15 @@ def _gguf(_ctx, _param, path: Path) -> Path:
     return path.resolve()
 
 
+def _rpc_servers(_ctx, _param, value: str | None) -> tuple[str, ...]:
+    servers = tuple(v.strip() for v in value.split(",")) if value else ()
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise click.BadParameter(f"{server!r} is not HOST:PORT")
+    return servers
+
+
 @click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
 @click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
@@ -56,10 +65,13 @@ def _gguf(_ctx, _param, path: Path) -> Path:
                    "Each holds a whole --ctx of KV cache.")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Generation requests running or waiting at once; more get 503.")
+@click.option("--rpc", metavar="HOST:PORT[,...]", callback=_rpc_servers,
+              help="Split the model's layers over these ggml-rpc-servers (run `build/<build>/bin/ggml-rpc-server "
+                   "-H ADDRESS -p PORT` on each machine, the same build); this machine keeps the rest.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")
-def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue,
+def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue, rpc,
          shutdown_timeout):
     """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat.
 
@@ -87,7 +99,8 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     from .app import PAGE_PATH, create_app
     from .engine import running_engine
 
-    opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key)
+    opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key,
+                        rpc)
     with running_engine(opts) as engine:
         app = create_app(opts, engine)
         shown = f"[{host}]" if ":" in host else host

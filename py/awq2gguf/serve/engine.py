@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -43,10 +44,22 @@ def _engine_child() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def check_reachable(servers: tuple[str, ...], timeout: float = 5) -> None:
+    """EngineFailed naming the first ggml-rpc-server that does not accept a connection (llama-server
+    would fail to load with pages of log)."""
+    for server in servers:
+        host, _, port = server.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        except (OSError, ValueError) as e:
+            raise EngineFailed(f"cannot reach the ggml-rpc-server at {server}: {e}") from None
+
+
 @contextmanager
 def running_engine(opts: ServeOptions, timeout: float = 600):
     """Yields an EngineAPI once llama-server has loaded the model; stops it on exit."""
     build = get_build(opts.build)
+    check_reachable(opts.rpc)
     port, key = free_port(), secrets.token_hex(16)
     cmd = [str(build.tool("llama-server")), "--model", str(opts.model), "--alias", opts.alias,
            "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
@@ -56,7 +69,7 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
            "--n-predict", str(opts.limits.max_tokens), "--no-webui", "--no-slots",
            # no host-memory copy of finished prompts' KV: by default it grows to 8 GiB (a slot still
            # reuses the prefix of its own last prompt)
-           "--cache-ram", "0"]
+           "--cache-ram", "0", *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
     proc = subprocess.Popen(cmd, env=build.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", preexec_fn=_engine_child)
     log = collections.deque(maxlen=LOG_LINES)

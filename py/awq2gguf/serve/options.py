@@ -17,6 +17,7 @@ class ServeOptions:
     parallel: int  # requests decoded together, each in its own llama-server slot
     limits: Limits
     api_key: str | None
+    rpc: tuple[str, ...] = ()  # ggml-rpc-servers (HOST:PORT) the model's layers are split over
 
     @property
     def alias(self) -> str:
