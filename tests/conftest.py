@@ -1,9 +1,11 @@
 import codecs
 import io
 import json
+import socket
 import subprocess
 import sys
 import this
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ from awq2gguf.bench.models import quantized_by
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
 from awq2gguf.assets.dev_models import f16_gguf
 from awq2gguf.llama_quantize import quantize
+from awq2gguf.serve.process import free_port
 from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 
@@ -112,3 +115,27 @@ def f16_rounded_model(model_dir):
         for p in model.parameters():
             p.copy_(round_to_f16(p))
     return model
+
+
+@pytest.fixture
+def two_rpc_servers(builds):
+    """Two of the patched build's ggml-rpc-servers on loopback, one thread each: (HOST:PORTs, processes)."""
+    build = builds["patched"]
+    ports = [free_port() for _ in range(2)]
+    procs = [subprocess.Popen([str(build.tool("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
+                              env=build.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+    try:
+        for p in ports:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    socket.create_connection(("127.0.0.1", p), timeout=1).close()
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline, "ggml-rpc-server did not start"
+                    time.sleep(0.1)
+        yield [f"127.0.0.1:{p}" for p in ports], procs
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()

@@ -124,6 +124,18 @@ def test_serve_measures_each_server_at_each_client_count(tiny_q4_0, tmp_path):
     assert md.returncode == 0 and "| server | clients | requests | requests/s | answer tokens/s |" in md.stdout
 
 
+def test_decode_over_two_rpc_servers(tiny_q4_0, two_rpc_servers, tmp_path):
+    servers, _ = two_rpc_servers
+    proc = bench(tmp_path, "decode", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--builds", "patched",
+                 "--rpc", ",".join(servers), "--reps", "1", "--n-gen", "8", "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert report["rpc"] == servers and report["builds"][0]["tokens_per_s"]["median"] > 0
+    assert "layers over the ggml-rpc-servers" in bench(tmp_path, "report").stdout
+    refused = bench(tmp_path, "decode", "--rpc", servers[0], "--runner", "python")
+    assert refused.returncode == 2 and "--rpc needs --runner binary" in refused.stderr
+
+
 def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, tmp_path):
     proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--soak", "30",
                  "--clients", "1,3", "--prompt-words", "8", "--n-gen", "4", "--builds", "patched", "--threads", "2",

@@ -2,11 +2,8 @@
 
 import shutil
 import signal
-import socket
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import httpx
 import hypothesis
@@ -17,7 +14,6 @@ import schemathesis
 from click.testing import CliRunner
 from gguf import GGUFReader
 
-from awq2gguf.builds import get_build
 from awq2gguf.serve.cli import main as serve_main
 from awq2gguf.serve.process import free_port, served
 
@@ -342,31 +338,7 @@ def test_chat_page_streams_an_answer_and_shows_its_speed(server, tmp_path):
         page.quit()
 
 
-@contextmanager
-def rpc_servers(build: str, n: int):
-    """n ggml-rpc-servers of the build on loopback; yields their HOST:PORT."""
-    b = get_build(build)
-    ports = [free_port() for _ in range(n)]
-    procs = [subprocess.Popen([str(b.tool("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
-                              env=b.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
-    try:
-        for p in ports:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", p), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "ggml-rpc-server did not start"
-                    time.sleep(0.1)
-        yield [f"127.0.0.1:{p}" for p in ports], procs
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
-
-
-def test_layers_split_over_two_rpc_servers_give_the_local_tokens(tiny_f16):
+def test_layers_split_over_two_rpc_servers_give_the_local_tokens(tiny_f16, two_rpc_servers):
     """F16: the remote CPUs run the same kernels as the local one (Q4_0 is repacked only locally)."""
     model = tiny_f16["tiny-tied"]
 
@@ -376,12 +348,12 @@ def test_layers_split_over_two_rpc_servers_give_the_local_tokens(tiny_f16):
 
     with served(model, "patched", 2) as local:
         alone = answers(local.url)
-    with rpc_servers("patched", 2) as (servers, procs):
-        started = [psutil.Process(p.pid).memory_info().rss for p in procs]
-        with served(model, "patched", 2, "--rpc", ",".join(servers)) as split:
-            assert answers(split.url) == alone
-            grown = [psutil.Process(p.pid).memory_info().rss - rss for p, rss in zip(procs, started)]
-            assert min(grown) > 4 << 20, grown  # each holds layers (weights, KV cache, compute buffers)
+    servers, procs = two_rpc_servers
+    started = [psutil.Process(p.pid).memory_info().rss for p in procs]
+    with served(model, "patched", 2, "--rpc", ",".join(servers)) as split:
+        assert answers(split.url) == alone
+        grown = [psutil.Process(p.pid).memory_info().rss - rss for p, rss in zip(procs, started)]
+        assert min(grown) > 4 << 20, grown  # each holds layers (weights, KV cache, compute buffers)
     assert len(set(alone)) == 3
 
 

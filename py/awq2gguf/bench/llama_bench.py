@@ -40,10 +40,13 @@ def _measured(build: Build, cmd: list[str], what: str, model: Path) -> tuple[str
     return proc.stdout, peak_rss
 
 
-def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int) -> Run:
-    """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test."""
+def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int,
+                    rpc: tuple[str, ...] = ()) -> Run:
+    """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test; with rpc, the layers
+    split over those ggml-rpc-servers."""
     cmd = [str(build.tool("llama-bench")), "-m", str(model), "-t", str(threads),
-           "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json"]
+           "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json",
+           *(["--rpc", ",".join(rpc)] if rpc else [])]
     out, peak_rss = _measured(build, cmd, "llama-bench", model)
     return Run(parse_llama_bench_json(out), peak_rss)
 

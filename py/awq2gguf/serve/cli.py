@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ..builds import BUILD_NAMES
-from ..cli_options import THREADS
+from ..cli_options import RPC, THREADS
 from ..proc_io import Command
 from .limits import Limits
 from .options import ServeOptions
@@ -35,15 +35,6 @@ def _gguf(_ctx, _param, path: Path) -> Path:
     return path.resolve()
 
 
-def _rpc_servers(_ctx, _param, value: str | None) -> tuple[str, ...]:
-    servers = tuple(v.strip() for v in value.split(",")) if value else ()
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise click.BadParameter(f"{server!r} is not HOST:PORT")
-    return servers
-
-
 @click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
 @click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
@@ -65,9 +56,7 @@ def _rpc_servers(_ctx, _param, value: str | None) -> tuple[str, ...]:
                    "Each holds a whole --ctx of KV cache.")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Generation requests running or waiting at once; more get 503.")
-@click.option("--rpc", metavar="HOST:PORT[,...]", callback=_rpc_servers,
-              help="Split the model's layers over these ggml-rpc-servers (run `build/<build>/bin/ggml-rpc-server "
-                   "-H ADDRESS -p PORT` on each machine, the same build); this machine keeps the rest.")
+@RPC
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")

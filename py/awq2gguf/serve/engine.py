@@ -13,20 +13,19 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import threading
-import time
 from contextlib import contextmanager
 from typing import AsyncIterator
 
 import httpx
 
 from ..builds import get_build
-from ..proc_io import Awq2ggufError, tool_failure
+from ..proc_io import Awq2ggufError
+from ..rpc import check_reachable
 from .limits import OpenAIError
 from .options import ServeOptions
-from .process import free_port
+from .process import free_port, stop, wait_until_answering
 
 LOG_LINES = 40  # the engine's last log lines, quoted if it fails
 _PR_SET_PDEATHSIG = 1
@@ -42,17 +41,6 @@ def _engine_child() -> None:
     reaching it before the open answers have ended."""
     os.setpgid(0, 0)
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def check_reachable(servers: tuple[str, ...], timeout: float = 5) -> None:
-    """EngineFailed naming the first ggml-rpc-server that does not accept a connection (llama-server
-    would fail to load with pages of log)."""
-    for server in servers:
-        host, _, port = server.rpartition(":")
-        try:
-            socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
-        except (OSError, ValueError) as e:
-            raise EngineFailed(f"cannot reach the ggml-rpc-server at {server}: {e}") from None
 
 
 @contextmanager
@@ -76,30 +64,17 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
     reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
     reader.start()
     url = f"http://127.0.0.1:{port}"
+
+    def output() -> str:
+        reader.join(5 if proc.poll() is not None else 0)  # all of it once the engine has exited
+        return "".join(log)
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            if proc.poll() is not None:
-                reader.join(5)
-                raise tool_failure(f"llama-server ({opts.build} build) on {opts.model.name}", proc.returncode,
-                                   "".join(log), EngineFailed)
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:  # 503 while loading
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise EngineFailed(f"llama-server ({opts.build} build) did not load {opts.model.name} within "
-                                   f"{timeout:.0f} s")
-            time.sleep(0.1)
+        wait_until_answering(proc, f"{url}/health", f"llama-server ({opts.build} build) on {opts.model.name}", output,
+                             EngineFailed, timeout)  # 503 while loading
         yield EngineAPI(url, key)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 class EngineAPI:

@@ -34,7 +34,7 @@ class Served(NamedTuple):
 
 @contextmanager
 def served(model: Path, build: str, threads: int, *args: str, api_key: str | None = None, timeout: float = 180):
-    """Yields the server once it answers; stops it on exit (SIGTERM, then SIGKILL after 30 s)."""
+    """Yields the server once it answers; stops it on exit."""
     port = free_port()
     cmd = [sys.executable, "-m", "awq2gguf.serve", str(model), "--port", str(port), "--build", build,
            "-t", str(threads), *(["--api-key", api_key] if api_key else []), *args]
@@ -47,25 +47,37 @@ def served(model: Path, build: str, threads: int, *args: str, api_key: str | Non
         return log.read()
 
     try:
-        deadline = time.monotonic() + timeout
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        while True:
-            if proc.poll() is not None:
-                raise tool_failure(f"awq2gguf-serve ({build} build)", proc.returncode, output(), ServeFailed)
-            try:
-                if httpx.get(f"{url}/v1/models", headers=headers).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise ServeFailed(f"awq2gguf-serve ({build} build) did not answer within {timeout:.0f} s")
-            time.sleep(0.25)
+        wait_until_answering(proc, f"{url}/v1/models", f"awq2gguf-serve ({build} build)", output, ServeFailed, timeout,
+                             {"Authorization": f"Bearer {api_key}"} if api_key else {})
         yield Served(url, proc, output)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
+
+
+def wait_until_answering(proc: subprocess.Popen, url: str, what: str, output: Callable[[], str],
+                         error: type[Awq2ggufError], timeout: float, headers: dict[str, str] | None = None) -> None:
+    """Returns once url answers 200; `error` with the tail of the child's output if it exits first,
+    or if it does not answer within timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise tool_failure(what, proc.returncode, output(), error)
+        try:
+            if httpx.get(url, headers=headers, timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            raise error(f"{what} did not answer within {timeout:.0f} s")
+        time.sleep(0.1)
+
+
+def stop(proc: subprocess.Popen, grace: float = 30) -> None:
+    """SIGTERM, then SIGKILL after `grace` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
