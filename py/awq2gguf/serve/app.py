@@ -4,7 +4,6 @@ queue, the model's alias), and the chat page."""
 # No `from __future__ import annotations`: FastAPI reads the routes' body types, made in create_app,
 # from their annotations.
 import secrets
-import time
 
 import httpx
 from fastapi import FastAPI
