@@ -89,10 +89,17 @@ def test_over_long_requests_get_400_and_the_server_goes_on(server):
 ])
 def test_a_body_that_is_not_a_json_object_gets_400_and_the_server_goes_on(server, body, message):
     for path in ("/v1/chat/completions", "/v1/completions"):
-        r = httpx.post(f"{server}{path}", content=body, headers={"content-type": "application/json"})
-        assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
-        assert r.json()["error"]["message"].startswith(message)
+        for content_type in ("application/json", "application/x-www-form-urlencoded"):  # the second: curl -d
+            r = httpx.post(f"{server}{path}", content=body, headers={"content-type": content_type})
+            assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
+            assert r.json()["error"]["message"].startswith(message)
     assert client(server).completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+
+
+def test_a_json_body_sent_as_a_form_is_served(server):
+    r = httpx.post(f"{server}/v1/completions", content=b'{"prompt": "Hello", "max_tokens": 2}',
+                   headers={"content-type": "application/x-www-form-urlencoded"}, timeout=300)
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
 def test_answers_name_the_model_by_its_alias_never_by_its_path(server, smollm2_q4_0):

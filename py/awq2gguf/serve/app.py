@@ -39,7 +39,7 @@ def _http_error(_request, error: HTTPException) -> JSONResponse:
 
 
 class _Gate:
-    """Before any route: the API key for the API (401), and a body no longer than the limits allow (413)."""
+    """Before the API's routes: the API key (401), and a body no longer than the limits allow (413)."""
 
     def __init__(self, app, api_key: str | None, max_body_bytes: int):
         self.app, self.max_body_bytes = app, max_body_bytes
@@ -74,6 +74,9 @@ class _Gate:
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 
+        # The API takes JSON only: a body sent as a form (curl -d without a content-type) is read as JSON too.
+        scope = {**scope, "headers": [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+                 + [(b"content-type", b"application/json")]}
         await self.app(scope, replay, send)
 
     async def _too_large(self, scope, receive, send):
