@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException
 from .engine import EngineAPI
 from .limits import Admission, Limits, OpenAIError
 from .options import ServeOptions
-from .requests import request_models
+from .bodies import request_models
 
 PAGE_PATH = "/chat"
 API_PREFIX = "/v1/"

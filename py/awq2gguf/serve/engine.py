@@ -96,6 +96,8 @@ class EngineAPI:
 
     async def _json(self, path: str, body: dict) -> dict:
         r = await self.client.post(path, json=body)
+        # Any refusal is the request's: llama-server answers 500 to some messages it cannot template
+        # (a tool call without a type), found by the generated requests.
         if r.status_code != 200:
             raise OpenAIError(400, f"the prompt cannot be made of this request: {_message(r)}", "invalid_request")
         return r.json()

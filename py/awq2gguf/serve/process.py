@@ -1,4 +1,5 @@
-"""awq2gguf-serve as a child process on a free loopback port (for `bench serve` and the tests)."""
+"""Servers as child processes on free loopback ports: awq2gguf-serve itself (for `bench serve` and the
+tests), and the waiting and stopping every such child needs (llama-server behind awq2gguf-serve too)."""
 
 from __future__ import annotations
 
