@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from awq2gguf.host import cpu_info
 from conftest import run_kernel_test
 
 # Integer block sums are exact; what differs is the order of float accumulation over K/32 blocks.
@@ -52,7 +53,19 @@ def test_one_activation_row_gives_the_chunked_gemv_bit_for_bit(reports, build_na
     """Decode: the patched build quantizes the single row in every thread and splits the columns
     statically (no barrier); each column is still the same GEMV, so its output bits do not change."""
     results = _ONE_ROW.findall(reports[build_name])
-    assert len(results) == 3 * 5 and all(r[3] == "0" for r in results)  # M 3, 5 and 13 per shape
+    assert len(results) == 6 * 5  # M 3, 4, 5, 8, 13 and 64 per shape
+    past_the_gemm = [r for r in results if int(r[2]) % 4 != 0]
+    assert len(past_the_gemm) == 3 * 5 and all(r[3] == "0" for r in past_the_gemm)
+
+
+def test_batched_decode_gives_each_stream_its_lone_row_bits(reports):
+    """Patched with AVX-512: batches of fewer than 8 rows (several decode streams) go through the
+    multi-row GEMV whole, which reads each weight once for all rows and gives each row the bits it
+    gets alone; from 8 rows the GEMM takes them in fours."""
+    if not {"avx512f", "avx512bw"} <= cpu_info().flags:
+        pytest.skip("the multi-row GEMV is the AVX-512 build's; an AVX2 build keeps the GEMM for 4 rows")
+    batches = [r for r in _ONE_ROW.findall(reports["patched"]) if int(r[2]) < 8]
+    assert len(batches) == 3 * 5 and all(r[3] == "0" for r in batches)  # M 3, 4 and 5 per shape
 
 
 @pytest.mark.parametrize("build_name", ["stock", "patched"])

@@ -114,9 +114,15 @@ def test_answers_name_the_model_by_its_alias_never_by_its_path(server, smollm2_q
 
 @pytest.fixture(scope="module")
 def short_server(smollm2_q4_0):
-    """Answers of at most 4 tokens: many generated requests in little time."""
-    with served(smollm2_q4_0, "patched", 2, "--ctx", "512", "--max-tokens", "4") as s:
+    """Answers of at most 4 tokens: many generated requests in little time. The API alone, no chat page."""
+    with served(smollm2_q4_0, "patched", 2, "--ctx", "512", "--max-tokens", "4", "--no-page") as s:
         yield s
+
+
+def test_without_the_page_the_api_is_served_alone(short_server):
+    assert httpx.get(f"{short_server.url}/chat", timeout=30).status_code == 404
+    assert httpx.get(f"{short_server.url}/", timeout=30).status_code == 404
+    assert httpx.get(f"{short_server.url}/v1/models", timeout=30).json()["data"][0]["object"] == "model"
 
 
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=lambda m: m.value)

@@ -72,6 +72,11 @@ def server_label(build: Build, parallel: int) -> str:
     return f"{build.name}, {parallel} at once"
 
 
+def bench_served(model: Path, build: Build, threads: int, parallel: int, queue: int):
+    """awq2gguf-serve as the benchmarks run it: the API alone (the chat page is not what they measure)."""
+    return served(model, build.name, threads, "--parallel", str(parallel), "--queue", str(queue), "--no-page")
+
+
 def run_serve_bench(servers: list[tuple[Build, int]], model: Path, threads: int, levels: tuple[int, ...], reps: int,
                     requests_per_client: int, prompt_words: int, n_gen: int,
                     on_level: Callable[[], None] = lambda: None) -> dict[str, list[list[dict]]]:
@@ -80,8 +85,7 @@ def run_serve_bench(servers: list[tuple[Build, int]], model: Path, threads: int,
     out = {server_label(*s): [] for s in servers}
     for rep in range(reps):
         for build, parallel in servers if rep % 2 == 0 else servers[::-1]:
-            with served(model, build.name, threads, "--parallel", str(parallel),
-                        "--queue", str(max(parallel, *levels))) as server:
+            with bench_served(model, build, threads, parallel, max(parallel, *levels)) as server:
                 results, first_id = [], 0
                 for clients in levels:
                     try:

@@ -151,8 +151,9 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
         return {"object": "list", "data": [{"id": opts.alias, "object": "model", "owned_by": "awq2gguf",
                                             "created": int(opts.model.stat().st_mtime)}]}
 
-    from . import page  # gradio is heavy: imported once the engine has loaded the model
+    if opts.page:
+        from . import page  # gradio is heavy: imported once the engine has loaded the model, and only for the page
 
-    app = page.mount(app, opts, engine, admission, PAGE_PATH)
-    app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
+        app = page.mount(app, opts, engine, admission, PAGE_PATH)
+        app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
     return _Gate(app, opts.api_key, limits.max_body_bytes)

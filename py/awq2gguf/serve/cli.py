@@ -57,12 +57,15 @@ def _gguf(_ctx, _param, path: Path) -> Path:
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Generation requests running or waiting at once; more get 503.")
 @RPC
+@click.option("--page/--no-page", default=True, show_default=True,
+              help="The chat page at /chat. --no-page serves the API alone, without loading gradio (a smaller, "
+                   "quicker server).")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")
 def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue, rpc,
-         shutdown_timeout):
-    """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat.
+         page, shutdown_timeout):
+    """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat (unless --no-page).
 
     The build's llama-server runs the model, decoding up to --parallel answers together (the
     others wait their turn); this server in front of it checks the key and the limits: a full
@@ -89,12 +92,12 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     from .engine import running_engine
 
     opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key,
-                        rpc)
+                        rpc, page)
     with running_engine(opts) as engine:
         app = create_app(opts, engine)
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"serving {model.name} with the {build_name} build's llama-server ({parallel} answers at once) on "
-                   f"http://{shown}:{port}: OpenAI API at /v1, chat page at {PAGE_PATH}", err=True)
+                   f"http://{shown}:{port}: OpenAI API at /v1" + (f", chat page at {PAGE_PATH}" if page else ""), err=True)
         # uvicorn lets the open answers end (each at its max_tokens at most), cancels them after the
         # timeout, then raises the signal that stopped it again: a stop that let them end is a
         # normal exit, without a traceback.

@@ -18,6 +18,7 @@ class ServeOptions:
     limits: Limits
     api_key: str | None
     rpc: tuple[str, ...] = ()  # ggml-rpc-servers (HOST:PORT) the model's layers are split over
+    page: bool = True  # the chat page; without it gradio is never imported (API only)
 
     @property
     def alias(self) -> str:

@@ -4,7 +4,7 @@
 // the intrinsics, emulated with AVX2) where it has not, or to check that path too.
 //
 // It prints "mode native" or "mode simde", then per case one line:
-//   avx512 <vnni|maddubs> <gemm|gemv|gemv_4_streams> K=<k> N=<n> M=<m> max_rel_err <e> hash <h> build_hash <h>
+//   avx512 <vnni|maddubs> <gemm|gemv|gemv_4_streams|gemv_rows> K=<k> N=<n> M=<m> max_rel_err <e> hash <h> build_hash <h>
 // max_rel_err: against ggml's scalar _generic kernel (float accumulation order only; relative to
 // the row's largest |output|). hash: the output bits; build_hash: the same inputs through the
 // build's own ggml_gemm/gemv_q4_0_8x8_q8_0, which must give the same bits.
@@ -54,6 +54,12 @@ static void report(const char * flavour, const char * kind, int64_t k, int64_t n
            (long long) k, (long long) n, (long long) m, err, (unsigned long long) hash, (unsigned long long) build_hash);
 }
 
+// gemv_4_streams one row per call.
+template <bool VNNI>
+static void gemv_4_streams_one_row(int n, float * s, const void * vx, const void * vy, int nc) {
+    q4_0x8_avx512::gemv_4_streams<VNNI, 1>(n, s, n, vx, vy, nc);
+}
+
 static void check_gemv(const char * flavour, const char * kind, gemv_fn gemv, const std::vector<uint8_t> & w,
                        const std::vector<float> & x, int64_t k, int64_t n, int64_t m) {
     const auto from_float = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
@@ -71,6 +77,32 @@ static void check_gemv(const char * flavour, const char * kind, gemv_fn gemv, co
         build_hash = fnv1a(build.data(), n, build_hash);
     }
     report(flavour, kind, k, n, m, worst, hash, build_hash);
+}
+
+// All m rows in one call, as batched decode makes it (passes of up to GEMV_ROWS rows). The build
+// takes them in one call too where it has AVX-512, else row by row: each row's bits must be the same.
+template <bool VNNI>
+static void check_gemv_rows(const char * flavour, const std::vector<uint8_t> & w, const std::vector<float> & x,
+                            int64_t k, int64_t n, int64_t m) {
+    const auto from_float = ggml_get_type_traits_cpu(GGML_TYPE_Q8_0)->from_float;
+    const size_t row_bytes = ggml_row_size(GGML_TYPE_Q8_0, k);
+    std::vector<uint8_t> rows(m * row_bytes);
+    for (int64_t r = 0; r < m; r++) {
+        from_float(x.data() + r * k, rows.data() + r * row_bytes, k);
+    }
+    std::vector<float> got(m * n), ref(m * n), build(m * n);
+    q4_0x8_avx512::gemv_rows<VNNI>(k, got.data(), n, w.data(), rows.data(), m, n);
+    for (int64_t r = 0; r < m; r++) {
+        ggml_gemv_q4_0_8x8_q8_0_generic(k, ref.data() + r * n, n, w.data(), rows.data() + r * row_bytes, 1, n);
+        if (!ggml_cpu_has_avx512()) {
+            ggml_gemv_q4_0_8x8_q8_0(k, build.data() + r * n, n, w.data(), rows.data() + r * row_bytes, 1, n);
+        }
+    }
+    if (ggml_cpu_has_avx512()) {
+        ggml_gemv_q4_0_8x8_q8_0(k, build.data(), n, w.data(), rows.data(), m, n);
+    }
+    report(flavour, "gemv_rows", k, n, m, max_rel_err(got.data(), ref.data(), m, n), fnv1a(got.data(), m * n),
+           fnv1a(build.data(), m * n));
 }
 
 template <bool VNNI>
@@ -94,7 +126,8 @@ static void check(const char * flavour, int64_t k, int64_t n, int64_t m) {
     }
     // Both GEMVs, whichever this CPU's build runs: every one must give the build's bits.
     check_gemv(flavour, "gemv", q4_0x8_avx512::gemv<VNNI>, w, x, k, n, m);
-    check_gemv(flavour, "gemv_4_streams", q4_0x8_avx512::gemv_4_streams<VNNI>, w, x, k, n, m);
+    check_gemv(flavour, "gemv_4_streams", gemv_4_streams_one_row<VNNI>, w, x, k, n, m);
+    check_gemv_rows<VNNI>(flavour, w, x, k, n, m);
 }
 
 int main() {
@@ -102,9 +135,10 @@ int main() {
     printf("mode %s\n", MODE);
     // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column group (no
     // partner for the 16-column pass), odd numbers of groups (3: none for a 4-stream pass; 17: four
-    // passes and one group left over), an even one (4: one 4-stream pass). M: decode, the 4-row and
-    // 8-row GEMM passes and their mixes.
-    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 32}, {896, 136}};
+    // passes and one group left over), even ones (4: one 4-stream pass; 6: one and two groups left
+    // over). K 640: Gemma 3 270M's hidden size (20 blocks). M: decode, the 4-row and
+    // 8-row GEMM passes and their mixes; all rows at once: one pass of 1-8 rows, then 8 + 4, 8 + 8 + 4 and eight passes.
+    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 32}, {896, 136}, {640, 48}};
     const int64_t rows[] = {1, 3, 4, 8, 12, 20, 64};
     for (const auto & s : shapes) {
         for (int64_t m : rows) {

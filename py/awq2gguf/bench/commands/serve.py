@@ -9,8 +9,7 @@ import click
 
 from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
-from ...serve.process import served
-from ..serve import run_serve_bench, soak, summarise, summarise_soak
+from ..serve import bench_served, run_serve_bench, soak, summarise, summarise_soak
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
@@ -111,8 +110,7 @@ def serve(threads, model, shape, qtype, build_names, levels, parallels, requests
         runs = {}
         with progress("soak requests", soak_n * len(builds)) as advance:
             for build in builds:
-                with served(model, build.name, threads, "--queue", str(max(levels)),
-                            "--parallel", str(min(parallels[0], max(levels)))) as server:
+                with bench_served(model, build, threads, min(parallels[0], max(levels)), max(levels)) as server:
                     runs[build.name] = soak(server.url, server.process.pid, max(levels), soak_n, prompt_words, n_gen,
                                             on_request=advance)
         report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
