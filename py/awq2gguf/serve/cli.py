@@ -58,8 +58,7 @@ def _gguf(_ctx, _param, path: Path) -> Path:
               help="Generation requests running or waiting at once; more get 503.")
 @RPC
 @click.option("--page/--no-page", default=True, show_default=True,
-              help="The chat page at /chat. --no-page serves the API alone, without loading gradio (a smaller, "
-                   "quicker server).")
+              help="The chat page at /chat. --no-page serves the API alone and never loads gradio.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")

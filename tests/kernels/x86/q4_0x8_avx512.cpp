@@ -133,11 +133,11 @@ static void check(const char * flavour, int64_t k, int64_t n, int64_t m) {
 int main() {
     ggml_cpu_init();  // the fp16 tables the scalar reference and the quantizers use
     printf("mode %s\n", MODE);
-    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size. N: one column group (no
-    // partner for the 16-column pass), odd numbers of groups (3: none for a 4-stream pass; 17: four
-    // passes and one group left over), even ones (4: one 4-stream pass; 6: one and two groups left
-    // over). K 640: Gemma 3 270M's hidden size (20 blocks). M: decode, the 4-row and
-    // 8-row GEMM passes and their mixes; all rows at once: one pass of 1-8 rows, then 8 + 4, 8 + 8 + 4 and eight passes.
+    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size, Gemma 3 270M's hidden size
+    // (20 blocks). N: one column group (no partner for the 16-column pass), odd numbers of groups
+    // (3: none for a 4-stream pass; 17: four passes and one group left over), even ones (4: one
+    // 4-stream pass; 6: one, and two groups left over). M: decode, the 4-row and 8-row GEMM passes
+    // and their mixes; for all rows at once, one pass of 1-8 rows, then 8 + 4, 8 + 8 + 4 and eight.
     const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 32}, {896, 136}, {640, 48}};
     const int64_t rows[] = {1, 3, 4, 8, 12, 20, 64};
     for (const auto & s : shapes) {
