@@ -137,13 +137,16 @@ def test_decode_over_two_rpc_servers(tiny_q4_0, two_rpc_servers, tmp_path):
 
 
 def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, tmp_path):
+    """Each --parallel is a server of its own; 8 slots for 3 clients are 3."""
     proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--soak", "30",
-                 "--clients", "1,3", "--prompt-words", "8", "--n-gen", "4", "--builds", "patched", "--threads", "2",
-                 "--json")
+                 "--clients", "1,3", "--parallel", "1,3,8", "--prompt-words", "8", "--n-gen", "4", "--builds",
+                 "patched", "--threads", "2", "--json")
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads(proc.stdout)
-    (row,) = report["rows"]
-    assert (row["build"], row["requests"], row["errors"], report["clients"]) == ("patched", 30, 0, 3)
-    assert len(row["requests_per_s_windows"]) == 10 and row["requests_per_s"] > 0
-    assert row["rss_max_mib"] >= row["rss_warm_mib"] > 10  # the server and its engine, not the client
-    assert len(report["runs"]["patched"]["ends_s"]) == 30
+    servers = ["patched, 1 at once", "patched, 3 at once"]
+    assert [r["build"] for r in report["rows"]] == servers and report["clients"] == 3
+    for row in report["rows"]:
+        assert (row["requests"], row["errors"]) == (30, 0)
+        assert len(row["requests_per_s_windows"]) == 10 and row["requests_per_s"] > 0
+        assert row["rss_max_mib"] >= row["rss_warm_mib"] > 10  # the server and its engine, not the client
+        assert len(report["runs"][row["build"]]["ends_s"]) == 30

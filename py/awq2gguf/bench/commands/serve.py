@@ -9,7 +9,7 @@ import click
 
 from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
-from ..serve import bench_served, run_serve_bench, soak, summarise, summarise_soak
+from ..serve import bench_served, run_serve_bench, server_label, soak, summarise, summarise_soak
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
@@ -60,15 +60,15 @@ class SoakReport(Report):
     clients: int
     n_gen: int
     prompt_words: int
-    rows: list[dict]  # per build: requests, errors, requests/s (whole run and per window), RSS after warm-up and growth
-    errors: dict[str, list[str]]  # build -> the first errors' text
-    runs: dict[str, dict]  # build -> each request's end, server RSS samples
+    rows: list[dict]  # per server: requests, errors, requests/s (whole run and per window), RSS after warm-up and growth
+    errors: dict[str, list[str]]  # server -> the first errors' text
+    runs: dict[str, dict]  # server -> each request's end, server RSS samples
 
     def table(self) -> Table:
         title = (f"awq2gguf-serve soak, {Path(self.model).name}: {self.clients} clients streaming completions of "
                  f"~{self.prompt_words} words + {self.n_gen} tokens, {self.threads} thread(s); RSS growth from the "
                  f"end of the first {SOAK_WARM_UP:.0%} of the requests to the largest after it")
-        headers = ["build", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
+        headers = ["server", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
                    "RSS after warm-up MiB", "RSS max MiB", "RSS growth"]
         rows = [[r["build"], str(r["requests"]), str(r["errors"]), f"{r['requests_per_s']:.2f}",
                  " ".join(f"{x:.2f}" for x in r["requests_per_s_windows"]), f"{r['rss_warm_mib']:.0f}",
@@ -96,8 +96,8 @@ class SoakReport(Report):
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions per build, interleaved ABBA, each on a fresh server.")
 @click.option("--soak", "soak_n", type=click.IntRange(min=1), metavar="N",
-              help="Instead: N requests from the largest --clients count to one server per build: requests/s "
-                   "over time, errors and the server's RSS growth after warm-up.")
+              help="Instead: N requests from the largest --clients count to each server (a build and its "
+                   "--parallel): requests/s over time, errors and the server's RSS growth after warm-up.")
 @JSON
 def serve(threads, model, shape, qtype, build_names, levels, parallels, requests_per_client, prompt_words, n_gen, reps,
           soak_n, as_json):
@@ -107,12 +107,14 @@ def serve(threads, model, shape, qtype, build_names, levels, parallels, requests
     builds = [get_build(n) for n in build_names]
     model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
     if soak_n:
+        # (no more slots than clients: the queue holds one request per client)
+        servers = list(dict.fromkeys((b, min(p, max(levels))) for b in builds for p in parallels))
         runs = {}
-        with progress("soak requests", soak_n * len(builds)) as advance:
-            for build in builds:
-                with bench_served(model, build, threads, min(parallels[0], max(levels)), max(levels)) as server:
-                    runs[build.name] = soak(server.url, server.process.pid, max(levels), soak_n, prompt_words, n_gen,
-                                            on_request=advance)
+        with progress("soak requests", soak_n * len(servers)) as advance:
+            for build, parallel in servers:
+                with bench_served(model, build, threads, parallel, max(levels)) as server:
+                    runs[server_label(build, parallel)] = soak(server.url, server.process.pid, max(levels), soak_n,
+                                                               prompt_words, n_gen, on_request=advance)
         report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
                             prompt_words=prompt_words, busy_warning=busy, errors={b: r["errors"][:20] for b, r in runs.items()},
                             rows=[{"build": b, **summarise_soak(r, SOAK_WINDOWS, SOAK_WARM_UP)} for b, r in runs.items()],
