@@ -257,6 +257,15 @@ def test_the_engine_never_outlives_the_server(smollm2_q4_0):
             time.sleep(0.05)
 
 
+def test_an_engine_that_exits_stops_the_server_with_its_reason(smollm2_q4_0):
+    with served(smollm2_q4_0, "patched", 2) as s:
+        engine, = psutil.Process(s.process.pid).children()
+        engine.kill()
+        assert s.process.wait(timeout=30) == 1
+        assert "Error: llama-server (patched build) failed (-9):" in s.output()
+        assert "Traceback" not in s.output()
+
+
 def test_the_api_key_is_required_when_set(keyed_server):
     with pytest.raises(openai.AuthenticationError):
         client(keyed_server, "wrong").completions.create(model="m", prompt="Hello", max_tokens=4)
@@ -368,6 +377,18 @@ def test_layers_split_over_two_rpc_servers_give_the_local_tokens(tiny_f16, two_r
         grown = [psutil.Process(p.pid).memory_info().rss - rss for p, rss in zip(procs, started)]
         assert min(grown) > 4 << 20, grown  # each holds layers (weights, KV cache, compute buffers)
     assert len(set(alone)) == 3
+
+
+def test_a_lost_rpc_server_gets_503_and_the_server_exits_saying_why(tiny_f16, two_rpc_servers):
+    servers, procs = two_rpc_servers
+    with served(tiny_f16["tiny-tied"], "patched", 2, "--rpc", ",".join(servers)) as split:
+        procs[1].kill()
+        with pytest.raises(openai.InternalServerError) as refused:
+            client(split.url).completions.create(model="m", prompt=PROMPTS[0], max_tokens=16)
+        assert refused.value.status_code == 503
+        assert split.process.wait(timeout=30) == 1
+        assert "Remote RPC server crashed" in split.output()
+        assert "Traceback" not in split.output()
 
 
 def test_an_unreachable_rpc_server_gets_one_line(smollm2_q4_0):

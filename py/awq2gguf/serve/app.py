@@ -90,8 +90,16 @@ class _Relay(StreamingResponse):
     stream from llama-server is closed, which stops its generation."""
 
     def __init__(self, upstream: httpx.Response, release):
-        super().__init__(upstream.aiter_raw(), media_type="text/event-stream")
+        super().__init__(self._passed_on(upstream), media_type="text/event-stream")
         self.upstream, self.release = upstream, release
+
+    @staticmethod
+    async def _passed_on(upstream: httpx.Response):
+        try:
+            async for chunk in upstream.aiter_raw():
+                yield chunk
+        except httpx.TransportError:
+            pass  # llama-server went away mid-answer: the answer ends there (and awq2gguf-serve stops)
 
     async def __call__(self, scope, receive, send):
         async def send_and_release(message):

@@ -71,7 +71,8 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     queue answers 503, over-long prompts and answers 400, malformed requests 400. The chat page
     streams each answer, shows its prefill and decode speed, and how the GGUF was made (its
     awq2gguf metadata). SIGTERM or Ctrl-C lets the open answers finish (up to --shutdown-timeout),
-    then exits.
+    then exits. If llama-server exits on its own (an rpc-server gone, out of memory), requests get
+    503 and awq2gguf-serve exits 1 with llama-server's last lines, for its supervisor to restart it.
     """
     if max_prompt_tokens is None:
         if max_tokens >= ctx:
@@ -102,4 +103,10 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
         # normal exit, without a traceback.
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         signal.signal(signal.SIGINT, lambda *_: sys.exit(128 + signal.SIGINT))
-        uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=shutdown_timeout)
+        server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                               timeout_graceful_shutdown=shutdown_timeout))
+        engine.on_failure = lambda: setattr(server, "should_exit", True)
+        if engine.failure is None:  # (it may have exited before on_failure was set)
+            server.run()
+        if engine.failure:
+            raise engine.failure

@@ -16,12 +16,12 @@ import signal
 import subprocess
 import threading
 from contextlib import contextmanager
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import httpx
 
 from ..builds import get_build
-from ..proc_io import Awq2ggufError
+from ..proc_io import Awq2ggufError, tool_failure
 from ..rpc import check_reachable
 from .limits import OpenAIError
 from .options import ServeOptions
@@ -58,7 +58,8 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
            # no host-memory copy of finished prompts' KV: by default it grows to 8 GiB (a slot still
            # reuses the prefix of its own last prompt)
            "--cache-ram", "0", *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
-    proc = subprocess.Popen(cmd, env=build.env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace
+    proc = subprocess.Popen(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace", preexec_fn=_engine_child)
     log = collections.deque(maxlen=LOG_LINES)
     reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
@@ -69,11 +70,25 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
         reader.join(5 if proc.poll() is not None else 0)  # all of it once the engine has exited
         return "".join(log)
 
+    stopping = threading.Event()
     try:
         wait_until_answering(proc, f"{url}/health", f"llama-server ({opts.build} build) on {opts.model.name}", output,
                              EngineFailed, timeout)  # 503 while loading
-        yield EngineAPI(url, key)
+        engine = EngineAPI(url, key)
+
+        def watch():
+            """An engine that exits on its own (an rpc-server gone, killed for memory) cannot be
+            brought back with its state: awq2gguf-serve reports it and stops, for its supervisor."""
+            proc.wait()
+            if not stopping.is_set():
+                engine.failure = tool_failure(f"llama-server ({opts.build} build)", proc.returncode, output(),
+                                              EngineFailed)
+                engine.on_failure()
+
+        threading.Thread(target=watch, daemon=True).start()
+        yield engine
     finally:
+        stopping.set()
         stop(proc)
 
 
@@ -83,6 +98,8 @@ class EngineAPI:
     def __init__(self, url: str, key: str):
         self.url, self.key = url, key
         self._client: httpx.AsyncClient | None = None
+        self.failure: EngineFailed | None = None  # why llama-server exited while serving
+        self.on_failure: Callable[[], None] = lambda: None  # called from another thread when it does
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -95,7 +112,8 @@ class EngineAPI:
         return self._client
 
     async def _json(self, path: str, body: dict) -> dict:
-        r = await self.client.post(path, json=body)
+        r = await self.send(path, body)
+        await r.aread()
         # Any refusal is the request's: llama-server answers 500 to some messages it cannot template
         # (a tool call without a type), found by the generated requests.
         if r.status_code != 200:
@@ -113,8 +131,13 @@ class EngineAPI:
         return len((await self._json("/tokenize", {"content": prompt, "add_special": True}))["tokens"])
 
     async def send(self, path: str, body: dict) -> httpx.Response:
-        """llama-server's response, its body not read yet (the caller streams it, then closes it)."""
-        return await self.client.send(self.client.build_request("POST", path, json=body), stream=True)
+        """llama-server's response, its body not read yet (the caller streams it, then closes it); 503
+        if llama-server does not answer."""
+        try:
+            return await self.client.send(self.client.build_request("POST", path, json=body), stream=True)
+        except httpx.TransportError as e:
+            raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
+                              "engine_unavailable") from None
 
     async def chat_events(self, body: dict) -> AsyncIterator[dict]:
         """A streamed chat completion's chunks, parsed; OpenAIError if llama-server refuses it."""
