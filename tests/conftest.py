@@ -6,6 +6,7 @@ import subprocess
 import sys
 import this
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -120,10 +121,17 @@ def f16_rounded_model(model_dir):
 @pytest.fixture
 def two_rpc_servers(builds):
     """Two of the patched build's ggml-rpc-servers on loopback, one thread each: (HOST:PORTs, processes)."""
-    build = builds["patched"]
-    ports = [free_port() for _ in range(2)]
+    with rpc_servers(builds["patched"], 2) as servers:
+        yield servers
+
+
+@contextmanager
+def rpc_servers(build, count: int, env: dict[str, str] | None = None):
+    """`count` of the build's ggml-rpc-servers on loopback, one thread each, `env` added to theirs."""
+    ports = [free_port() for _ in range(count)]
     procs = [subprocess.Popen([str(build.tool("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
-                              env=build.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for p in ports]
+                              env={**build.env(), **(env or {})}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for p in ports]
     try:
         for p in ports:
             deadline = time.monotonic() + 30

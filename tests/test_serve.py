@@ -12,6 +12,7 @@ import psutil
 import pytest
 import schemathesis
 from click.testing import CliRunner
+from conftest import rpc_servers
 from gguf import GGUFReader
 
 from awq2gguf.serve.cli import main as serve_main
@@ -360,23 +361,36 @@ def test_chat_page_streams_an_answer_and_shows_its_speed(server, tmp_path):
         page.quit()
 
 
-def test_layers_split_over_two_rpc_servers_give_the_local_tokens(tiny_f16, two_rpc_servers):
-    """F16: the remote CPUs run the same kernels as the local one (Q4_0 is repacked only locally)."""
-    model = tiny_f16["tiny-tied"]
+def _greedy_logprobs(url) -> list[list[tuple[str, float]]]:
+    """Each of three prompts' greedy answer as (token, log-probability) pairs: equal only where every
+    logit is computed in the same order."""
+    answers = []
+    for p in PROMPTS[:3]:
+        choice = client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": p}],
+                                                     max_tokens=12, temperature=0, logprobs=True).choices[0]
+        answers.append([(t.token, t.logprob) for t in choice.logprobs.content])
+    return answers
 
-    def answers(url):
-        return [client(url).completions.create(model="m", prompt=p, max_tokens=16, temperature=0).choices[0].text
-                for p in PROMPTS[:3]]
 
+@pytest.mark.parametrize("kind", ["f16", "q4_0"])
+def test_layers_split_over_two_rpc_servers_give_the_local_logits(tiny_f16, tiny_q4_0, builds, kind):
+    """The rpc-servers hold layers and compute them as the local CPU does: F16 on the same kernels,
+    Q4_0 repacked on their side (GGML_RPC_NO_REPACK=1 keeps it as sent: ggml's plain kernels, which
+    sum in another order)."""
+    model = tiny_f16["tiny-tied"] if kind == "f16" else tiny_q4_0["tiny-tied", "patched"]
     with served(model, "patched", 2) as local:
-        alone = answers(local.url)
-    servers, procs = two_rpc_servers
-    started = [psutil.Process(p.pid).memory_info().rss for p in procs]
-    with served(model, "patched", 2, "--rpc", ",".join(servers)) as split:
-        assert answers(split.url) == alone
-        grown = [psutil.Process(p.pid).memory_info().rss - rss for p, rss in zip(procs, started)]
-        assert min(grown) > 4 << 20, grown  # each holds layers (weights, KV cache, compute buffers)
-    assert len(set(alone)) == 3
+        alone = _greedy_logprobs(local.url)
+    with rpc_servers(builds["patched"], 2) as (servers, procs):
+        started = [psutil.Process(p.pid).memory_info().rss for p in procs]
+        with served(model, "patched", 2, "--rpc", ",".join(servers)) as split:
+            assert _greedy_logprobs(split.url) == alone
+            grown = [psutil.Process(p.pid).memory_info().rss - rss for p, rss in zip(procs, started)]
+            assert min(grown) > 4 << 20, grown  # each holds layers (weights, KV cache, compute buffers)
+    if kind == "q4_0":
+        with rpc_servers(builds["patched"], 2, {"GGML_RPC_NO_REPACK": "1"}) as (servers, _), \
+                served(model, "patched", 2, "--rpc", ",".join(servers)) as plain:
+            assert _greedy_logprobs(plain.url) != alone
+    assert len({tuple(a) for a in alone}) == 3
 
 
 def test_a_lost_rpc_server_gets_503_and_the_server_exits_saying_why(tiny_f16, two_rpc_servers):
