@@ -59,8 +59,9 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
            # reuses the prefix of its own last prompt)
            "--cache-ram", "0", *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
     # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace
-    proc = subprocess.Popen(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", preexec_fn=_engine_child)
+    proc = subprocess.Popen(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+                            preexec_fn=_engine_child)
     log = collections.deque(maxlen=LOG_LINES)
     reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
     reader.start()
