@@ -1,5 +1,6 @@
 """`bench decode/prefill`: output parsing, A/B statistics, the live command, its warnings."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -114,9 +115,20 @@ def test_busy_machine_guard_triggers_under_load():
             p.wait()
 
 
+def _as_saved(report, data: dict) -> dict:
+    """report.to_json() without the fields `data` (the saved JSON) lacks: at the top, and in each row
+    only those that hold their row type's default (rows saved before that field existed)."""
+    out = {k: v for k, v in report.to_json().items() if k in data}
+    for name, row_type in type(report).ROWS.items():
+        defaults = {f.name: f.default for f in dataclasses.fields(row_type)}
+        out[name] = [{k: v for k, v in row.items() if k in saved or v != defaults[k]}
+                     for row, saved in zip(out[name], data[name])]
+    return out
+
+
 def test_every_saved_report_loads_back_into_its_type_and_renders():
     """bench report must keep reading the committed results: each raw JSON becomes its report type
-    unchanged (no field lost or invented) and renders a table with a row per entry."""
+    unchanged (no field lost or invented, typed rows included) and renders a table with a row per entry."""
     from awq2gguf.bench import results, tables
     from awq2gguf.bench.cli import COMMANDS
     from awq2gguf.bench.reports import REPORT_TYPES
@@ -130,10 +142,32 @@ def test_every_saved_report_loads_back_into_its_type_and_renders():
         data = json.loads(path.read_text())
         report = results.load(path)
         assert type(report) is REPORT_TYPES[data["kind"]]
-        assert {k: v for k, v in report.to_json().items() if k in data} == data, path.name
+        assert _as_saved(report, data) == data, path.name
         table = report.titled_table()
         assert table.rows and all(len(row) == len(table.headers) for row in table.rows), path.name
         assert tables.markdown(table).count("\n| ") == len(table.rows) + 2  # the header, its rule, the rows
+
+
+@pytest.mark.parametrize("kind, draw", [("decode", "speed_bars"), ("eval", "accuracy_vs_size"),
+                                        ("prune", "accuracy_vs_speed")])
+def test_each_plot_draws_a_saved_report(kind, draw, tmp_path):
+    import awq2gguf.bench.cli  # noqa: F401  (registers the report types)
+    from awq2gguf.bench import plots, results
+
+    path = max((Path(__file__).parents[1] / "bench" / "results" / "raw").glob(f"{kind}-*.json"))
+    getattr(plots, draw)(results.load(path), tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_report_row_with_a_field_missing_or_unknown_does_not_load():
+    import awq2gguf.bench.cli  # noqa: F401  (registers the report types)
+    from awq2gguf.bench.reports import from_json
+
+    row = {"target": "128", "shape": "decode", "k": 896, "n": 896, "m": 1, "stock": 10, "patched": 5, "ratio": 0.5}
+    assert from_json({"kind": "arm", "note": "", "rows": [row]}).rows[0].ratio == 0.5
+    for bad in ({k: v for k, v in row.items() if k != "ratio"}, {**row, "speed": 1.0}):
+        with pytest.raises(TypeError):
+            from_json({"kind": "arm", "note": "", "rows": [bad]})
 
 
 def test_soak_summary_windows_and_rss_growth():

@@ -6,7 +6,7 @@ saved file back into its type."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 from .tables import Table
 
@@ -23,10 +23,30 @@ def report_kinds(*kinds: str) -> Callable[[type[Report]], type[Report]]:
 
 
 @dataclass(kw_only=True)
+class QualityRow:
+    """A model file's size and its scores on a text: perplexity, and against a base's logits the
+    mean KLD (nats/token) and how often its top token is the base's (%)."""
+    size_mib: float
+    ppl: float
+    ppl_err: float
+    kld: float | None = None
+    kld_err: float | None = None
+    same_top_p: float | None = None
+    same_top_p_err: float | None = None
+
+
+@dataclass(kw_only=True)
 class Report:
     kind: str
     busy_warning: str | None = None  # the machine was busy when the command started
     host: str | None = None          # the CPU it ran on (reports saved before hosts were recorded have none)
+    ROWS: ClassVar[dict[str, type]] = {}  # its lists of rows by field name, and each one's row type
+
+    def __post_init__(self):
+        """Rows made as dicts (by the command, or read back from JSON) become their row type: a field
+        that is missing or unknown fails here."""
+        for name, row in self.ROWS.items():
+            setattr(self, name, [r if isinstance(r, row) else row(**r) for r in getattr(self, name)])
 
     def table(self) -> Table:
         raise NotImplementedError

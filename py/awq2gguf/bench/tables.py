@@ -15,6 +15,11 @@ class Table:
     rows: list[list[str]]
 
 
+def optional(value: float | None, fmt: str) -> str:
+    """A number, or "-" where there is none."""
+    return "-" if value is None else format(value, fmt)
+
+
 def spread(d: dict, fmt: str) -> str:
     """A median with its min-max range."""
     return f"{d['median']:{fmt}} ({d['min']:{fmt}}-{d['max']:{fmt}})"

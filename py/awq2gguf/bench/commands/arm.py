@@ -12,17 +12,31 @@ from ..reports import Report, report_kinds
 from ..tables import Table
 
 
+@dataclass(kw_only=True)
+class ArmRow:
+    """One target and matmul shape: each build's guest instructions and their ratio."""
+    target: str
+    shape: str
+    k: int
+    n: int
+    m: int
+    stock: int
+    patched: int
+    ratio: float
+
+
 @report_kinds("arm")
 @dataclass(kw_only=True)
 class ArmReport(Report):
-    note: str         # what the counts are and are not
-    rows: list[dict]  # per target and shape: stock and patched counts, their ratio
+    note: str  # what the counts are and are not
+    rows: list[ArmRow]
+    ROWS = {"rows": ArmRow}
 
     def table(self) -> Table:
         title = f"ARM Q4_0 matmuls under qemu-aarch64, patched/stock: {self.note}"
         headers = ["target", "shape (K x N, rows)", "stock insns", "patched insns", "patched/stock"]
-        rows = [[r["target"], f"{r['shape']} ({r['k']} x {r['n']}, {r['m']})", f"{r['stock']:,}",
-                 f"{r['patched']:,}", f"{r['ratio']:.3f}"] for r in self.rows]
+        rows = [[r.target, f"{r.shape} ({r.k} x {r.n}, {r.m})", f"{r.stock:,}", f"{r.patched:,}", f"{r.ratio:.3f}"]
+                for r in self.rows]
         return Table(title, headers, rows)
 
 

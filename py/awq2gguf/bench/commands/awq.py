@@ -17,8 +17,8 @@ from ..awq import autoawq_available, make_variants, measured_rows
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log
 from ..models import quantized_by
-from ..reports import Report, report_kinds
-from ..tables import Table
+from ..reports import QualityRow, Report, report_kinds
+from ..tables import Table, optional
 
 
 def _parse_seeds(_ctx, _param, value: str) -> tuple[int, ...]:
@@ -42,6 +42,16 @@ def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
     return precisions
 
 
+@dataclass(kw_only=True)
+class AwqRow(QualityRow):
+    """One way of making the file: its scores, the share of plain all-Q4_0's perplexity gap to FP16
+    it closes, and what making it took."""
+    model: str  # the method
+    gap_closed: float
+    make_s: float | None
+    peak_rss_mib: float | None
+
+
 @report_kinds("awq")
 @dataclass(kw_only=True)
 class AwqReport(Report):
@@ -54,17 +64,17 @@ class AwqReport(Report):
     calib_tokens: int
     seeds: list[int]
     fp16_ppl: float
-    rows: list[dict]       # per method: size, PPL, KLD, same top, share of the gap closed, make time, peak RSS
+    rows: list[AwqRow]
     dev_model: str | None = None  # reports before the second development model have none
+    ROWS = {"rows": AwqRow}
 
     def table(self) -> Table:
         title = (f"all-Q4_0 {self.model} on the {self.build} build: perplexity over {self.chunks} x "
                  f"{self.ctx} tokens (FP16: {self.fp16_ppl:.3f}), KLD vs FP16; calibration "
                  f"{self.calib_samples} x {self.calib_tokens} tokens")
         headers = ["method", "size MiB", "PPL", "KLD", "same top %", "PPL gap closed %", "make s", "peak RSS MiB"]
-        opt = lambda v, fmt: "-" if v is None else format(v, fmt)
-        rows = [[r["model"], f"{r['size_mib']:.1f}", f"{r['ppl']:.3f}", f"{r['kld']:.4f}", f"{r['same_top_p']:.2f}",
-                 f"{100 * r['gap_closed']:.0f}", opt(r["make_s"], ".0f"), opt(r["peak_rss_mib"], ".0f")]
+        rows = [[r.model, f"{r.size_mib:.1f}", f"{r.ppl:.3f}", f"{r.kld:.4f}", f"{r.same_top_p:.2f}",
+                 f"{100 * r.gap_closed:.0f}", optional(r.make_s, ".0f"), optional(r.peak_rss_mib, ".0f")]
                 for r in self.rows]
         return Table(title, headers, rows)
 

@@ -16,8 +16,8 @@ from ..eval import evaluate_model
 from ..cli_shared import (BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,
                           log, progress)
 from ..models import dev_model_suite
-from ..reports import Report, report_kinds
-from ..tables import Table
+from ..reports import QualityRow, Report, report_kinds
+from ..tables import Table, optional
 from ..tasks import TASKS, load_items
 
 
@@ -27,6 +27,16 @@ def _parse_tasks(_ctx, _param, value: str) -> list[str]:
     if unknown:
         raise click.BadParameter(f"unknown task(s) {', '.join(unknown)}; choose from {', '.join(TASKS)} or none")
     return names
+
+
+@dataclass(kw_only=True)
+class EvalRow(QualityRow):
+    """One model file: its scores, each multiple-choice task's (bench.eval.mc_accuracy) and their
+    average, and the time it all took."""
+    model: str  # the file
+    tasks: dict[str, dict]
+    wall_s: float
+    mc_average: float | None = None  # none without tasks
 
 
 @report_kinds("eval")
@@ -39,10 +49,11 @@ class EvalReport(Report):
     base: str | None       # the reference model for KLD, if any
     limit: int
     tasks: dict[str, str]  # task -> its metric (acc or acc_norm)
-    rows: list[dict]       # per model: size, PPL (KLD, same top), task scores, wall time
+    rows: list[EvalRow]
     interrupted: bool = False
     dev_model: str | None = None
     error: str | None = None  # set when a later model failed: the rows before it are kept
+    ROWS = {"rows": EvalRow}
 
     def table(self) -> Table:
         task_names = list(self.tasks)
@@ -54,13 +65,12 @@ class EvalReport(Report):
                    *[f"{t} ({self.tasks[t]})" for t in task_names], "MC avg", "wall s"]
         rows = []
         for r in self.rows:
-            tasks = r.get("tasks", {})
             rows.append([
-                Path(r["model"]).name, f"{r['size_mib']:.1f}", f"{r['ppl']:.3f}",
-                *([f"{r['kld']:.4f}", f"{r['same_top_p']:.2f}"] if has_kld else []),
-                *[f"{100 * tasks[t]['score']:.1f}" if t in tasks else "-" for t in task_names],
-                f"{100 * r['mc_average']:.1f}" if "mc_average" in r else "-",
-                f"{r['wall_s']:.0f}",
+                Path(r.model).name, f"{r.size_mib:.1f}", f"{r.ppl:.3f}",
+                *([f"{r.kld:.4f}", f"{r.same_top_p:.2f}"] if has_kld else []),
+                *[f"{100 * r.tasks[t]['score']:.1f}" if t in r.tasks else "-" for t in task_names],
+                optional(None if r.mc_average is None else 100 * r.mc_average, ".1f"),
+                f"{r.wall_s:.0f}",
             ])
         return Table(title, headers, rows)
 
@@ -108,7 +118,7 @@ def eval_(model_paths, dev_model, base, build_name, text, ctx, chunks, task_name
             total = len(model_paths) * sum(len(v) for v in items.values())
             with progress("evaluating", total) as advance:
                 for m in model_paths:
-                    report.rows.append(evaluate_model(build, m, text_metrics, items, threads, advance))
+                    report.rows.append(EvalRow(**evaluate_model(build, m, text_metrics, items, threads, advance)))
         except Awq2ggufError as e:
             if report.rows:
                 report.error = str(e)

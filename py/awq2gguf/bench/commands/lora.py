@@ -20,8 +20,16 @@ from ..awq import Made, awq2gguf, calibration_file
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
     log
 from ..lora import make_adapter, training_lines
-from ..reports import Report, report_kinds
-from ..tables import Table
+from ..reports import QualityRow, Report, report_kinds
+from ..tables import Table, optional
+
+
+@dataclass(kw_only=True)
+class LoraRow(QualityRow):
+    """One file: its scores and what making it took."""
+    label: str
+    make_s: float | None = None
+    peak_rss_mib: float | None = None
 
 
 @report_kinds("lora")
@@ -35,16 +43,16 @@ class LoraReport(Report):
     chunks: int
     adapter: dict          # how it was trained (bench.lora.make_adapter's training.json)
     drop_blocks: int
-    rows: list[dict]       # per file: label, size, PPL, make time, peak RSS
+    rows: list[LoraRow]
+    ROWS = {"rows": LoraRow}
 
     def table(self) -> Table:
         a = self.adapter
         title = (f"{self.model} with a LoRA adapter (rank {a['rank']}, {a['steps']} steps of {a['batch']} x "
                  f"{a['seq_len']} tokens on {a['lines']} WikiText lines, second half), {self.build} build: "
                  f"perplexity over {self.chunks} x {self.ctx} tokens of the text's start")
-        rows = [[r["label"], f"{r['size_mib']:.1f}", f"{r['ppl']:.3f}",
-                 "-" if r.get("make_s") is None else f"{r['make_s']:.0f}",
-                 "-" if r.get("peak_rss_mib") is None else f"{r['peak_rss_mib']:.0f}"] for r in self.rows]
+        rows = [[r.label, f"{r.size_mib:.1f}", f"{r.ppl:.3f}", optional(r.make_s, ".0f"),
+                 optional(r.peak_rss_mib, ".0f")] for r in self.rows]
         return Table(title, ["model", "size MiB", "PPL", "make s", "peak RSS MiB"], rows)
 
 

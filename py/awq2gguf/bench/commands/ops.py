@@ -18,6 +18,14 @@ from ..reports import Report, report_kinds
 from ..tables import Table
 
 
+@dataclass(kw_only=True)
+class OpCase:
+    """One op case (test-backend-ops' name): microseconds per run and the ratio to the first build, by build."""
+    case: str
+    us: dict[str, float]
+    ratio: dict[str, float]
+
+
 @report_kinds("ops")
 @dataclass(kw_only=True)
 class OpsReport(Report):
@@ -25,15 +33,16 @@ class OpsReport(Report):
     qtype: str
     reps: int
     builds: list[str]
-    cases: list[dict]  # per op case: us per build, ratio to the first build
+    cases: list[OpCase]
+    ROWS = {"cases": OpCase}
 
     def table(self) -> Table:
         builds = self.builds
         title = (f"ops at the {self.shape} ({self.qtype}) graph shapes: us/run, median of "
                  f"{self.reps} interleaved reps")
         headers = ["op", *[f"{b} us" for b in builds], *[f"{b}/{builds[0]}" for b in builds[1:]]]
-        rows = [[ops_mod.short_case(c["case"]), *[f"{c['us'][b]:.2f}" for b in builds],
-                 *[f"{c['ratio'][b]:.3f}" for b in builds[1:]]] for c in self.cases]
+        rows = [[ops_mod.short_case(c.case), *[f"{c.us[b]:.2f}" for b in builds],
+                 *[f"{c.ratio[b]:.3f}" for b in builds[1:]]] for c in self.cases]
         return Table(title, headers, rows)
 
 

@@ -20,6 +20,7 @@ from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS
     comma_ints, finish, log, progress
 from ..prune import interleaved_speed, make_pruned
 from ..reports import Report, report_kinds
+from .eval import EvalRow
 from ..tables import Table
 from ..tasks import TASKS, load_items
 
@@ -39,6 +40,21 @@ def _parse_methods(_ctx, _param, value: str) -> list[str]:
     return methods
 
 
+@dataclass(kw_only=True)
+class PruneRow(EvalRow):
+    """FP16, or the file made with N blocks dropped: which, its calibration perplexity after the
+    drop, its scores, what making it took, and its decode and prefill tokens/s against N = 0
+    (bench.prune.interleaved_speed)."""
+    method: str
+    n: int
+    blocks: list[int]
+    calib_ppl: float | None  # none for FP16
+    make_s: float | None = None
+    peak_rss_mib: float | None = None
+    decode: dict | None = None  # none for FP16
+    prefill: dict | None = None
+
+
 @report_kinds("prune")
 @dataclass(kw_only=True)
 class PruneReport(Report):
@@ -55,7 +71,8 @@ class PruneReport(Report):
     threads: int
     n_blocks: int          # of the unpruned model
     tasks: dict[str, str]  # task -> its metric
-    rows: list[dict]       # FP16, then per (method, N): blocks, size, PPL, KLD, tasks, tokens/s and ratios
+    rows: list[PruneRow]   # FP16, then per (method, N)
+    ROWS = {"rows": PruneRow}
 
     def table(self) -> Table:
         title = (f"{self.model} all-Q4_0 (awq2gguf, calibration file) with blocks dropped, {self.build} build: "
@@ -65,16 +82,15 @@ class PruneReport(Report):
                    *self.tasks, "decode t/s", "decode vs N=0", "L/(L-N)", "prefill vs N=0"]
         rows = []
         for r in self.rows:
-            tasks = r["tasks"]
-            speed = r.get("decode")
-            rows.append([r["method"], str(r["n"]), ",".join(map(str, r["blocks"])) or "-",
-                         f"{r['size_mib']:.1f}", f"{r['calib_ppl']:.2f}" if r["calib_ppl"] else "-",
-                         f"{r['ppl']:.3f}", f"{r['kld']:.4f}", f"{100 * r['mc_average']:.1f}",
-                         *[f"{100 * tasks[t]['score']:.1f}" for t in self.tasks],
+            speed = r.decode
+            rows.append([r.method, str(r.n), ",".join(map(str, r.blocks)) or "-",
+                         f"{r.size_mib:.1f}", f"{r.calib_ppl:.2f}" if r.calib_ppl else "-",
+                         f"{r.ppl:.3f}", f"{r.kld:.4f}", f"{100 * r.mc_average:.1f}",
+                         *[f"{100 * r.tasks[t]['score']:.1f}" for t in self.tasks],
                          f"{speed['median']:.1f}" if speed else "-",
                          f"{speed['ratio']['median']:.3f}" if speed else "-",
-                         f"{self.n_blocks / (self.n_blocks - r['n']):.3f}" if speed else "-",
-                         f"{r['prefill']['ratio']['median']:.3f}" if speed else "-"])
+                         f"{self.n_blocks / (self.n_blocks - r.n):.3f}" if speed else "-",
+                         f"{r.prefill['ratio']['median']:.3f}" if speed else "-"])
         return Table(title, headers, rows)
 
 

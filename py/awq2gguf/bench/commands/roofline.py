@@ -17,14 +17,31 @@ from ..speed import run_interleaved
 from ..tables import Table
 
 
+@dataclass(kw_only=True)
+class RooflineRow:
+    """One build: the model's bytes and int8 ops per token, tokens/s and the fractions of their bounds."""
+    build: str
+    model: str
+    bytes_per_token: float
+    ops_per_token: float
+    decode_tps: float
+    decode_bound_tps: float
+    decode_fraction: float
+    prefill_tps: float
+    prefill_bound_tps: float
+    prefill_fraction: float
+    kernels: str = "not recorded"  # the Q4_0 kernels the build ran (older reports do not say)
+
+
 @report_kinds("roofline")
 @dataclass(kw_only=True)
 class RooflineReport(Report):
     threads: int
     reps: int
-    bandwidth: dict   # STREAM read/copy/triad GB/s (medians over the decode repetitions; older reports: one run)
-    int8_peak: dict   # gops, ops_per_cycle_per_core, ghz, cores, basis
-    rows: list[dict]  # per build: kernels, model, tokens/s and the fractions of their bounds
+    bandwidth: dict  # STREAM read/copy/triad GB/s (medians over the decode repetitions; older reports: one run)
+    int8_peak: dict  # gops, ops_per_cycle_per_core, ghz, cores, basis
+    rows: list[RooflineRow]
+    ROWS = {"rows": RooflineRow}
 
     def table(self) -> Table:
         bw, peak = self.bandwidth, self.int8_peak
@@ -43,10 +60,9 @@ class RooflineReport(Report):
                  f"{peak['basis']})")
         headers = ["build", "kernels", "model", "MiB read / token", "decode t/s", "bandwidth bound t/s",
                    "decode fraction", "prefill t/s", "int8 bound t/s", "prefill fraction"]
-        rows = [[r["build"], r.get("kernels", "not recorded"), Path(r["model"]).name,
-                 f"{r['bytes_per_token'] / 2**20:.1f}", f"{r['decode_tps']:.1f}", f"{r['decode_bound_tps']:.1f}",
-                 f"{100 * r['decode_fraction']:.0f}%", f"{r['prefill_tps']:.1f}", f"{r['prefill_bound_tps']:.0f}",
-                 f"{100 * r['prefill_fraction']:.0f}%"] for r in self.rows]
+        rows = [[r.build, r.kernels, Path(r.model).name, f"{r.bytes_per_token / 2**20:.1f}", f"{r.decode_tps:.1f}",
+                 f"{r.decode_bound_tps:.1f}", f"{100 * r.decode_fraction:.0f}%", f"{r.prefill_tps:.1f}",
+                 f"{r.prefill_bound_tps:.0f}", f"{100 * r.prefill_fraction:.0f}%"] for r in self.rows]
         return Table(title, headers, rows)
 
 

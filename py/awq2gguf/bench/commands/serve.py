@@ -23,6 +23,18 @@ def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
     return levels
 
 
+@dataclass(kw_only=True)
+class ServeRow:
+    """One server (a build and its --parallel) at one client count, medians over the repetitions."""
+    build: str  # the server's label
+    clients: int
+    requests: int
+    requests_per_s: float
+    ttft_ms_median: float
+    ttft_ms_max: float  # the largest over the repetitions
+    ratio: dict  # requests/s over the first server's, paired per repetition: median, min, max
+
+
 @report_kinds("serve")
 @dataclass(kw_only=True)
 class ServeReport(Report):
@@ -32,24 +44,39 @@ class ServeReport(Report):
     n_gen: int
     prompt_words: int
     requests_per_client: int
-    rows: list[dict]  # per server and client count: requests/s, time to first token, ratio to the first server
+    rows: list[ServeRow]
     runs: dict[str, list]  # server -> every repetition as measured
+    ROWS = {"rows": ServeRow}
 
     def table(self) -> Table:
-        base = self.rows[0]["build"]
+        base = self.rows[0].build
         title = (f"awq2gguf-serve, {Path(self.model).name}: streamed completions of ~{self.prompt_words} words "
                  f"+ {self.n_gen} tokens, {self.requests_per_client} per client, {self.threads} thread(s), "
                  f"{self.reps} interleaved reps, median (min-max); a server is a build and its --parallel")
         headers = ["server", "clients", "requests", "requests/s", "answer tokens/s", "first token ms (median)",
                    "first token ms (max)", f"requests/s vs {base}"]
-        rows = [[r["build"], str(r["clients"]), str(r["requests"]), f"{r['requests_per_s']:.3f}",
-                 f"{r['requests_per_s'] * self.n_gen:.1f}", f"{r['ttft_ms_median']:.0f}", f"{r['ttft_ms_max']:.0f}",
-                 "1" if r["build"] == base else spread(r["ratio"], ".3f")] for r in self.rows]
+        rows = [[r.build, str(r.clients), str(r.requests), f"{r.requests_per_s:.3f}",
+                 f"{r.requests_per_s * self.n_gen:.1f}", f"{r.ttft_ms_median:.0f}", f"{r.ttft_ms_max:.0f}",
+                 "1" if r.build == base else spread(r.ratio, ".3f")] for r in self.rows]
         return Table(title, headers, rows)
 
 
 SOAK_WINDOWS = 10
 SOAK_WARM_UP = 0.1  # share of the requests before the RSS baseline
+
+
+@dataclass(kw_only=True)
+class SoakRow:
+    """One server's soak: requests, errors, requests/s over the run and in each window, its RSS."""
+    build: str  # the server's label
+    requests: int
+    errors: int
+    wall_s: float
+    requests_per_s: float
+    requests_per_s_windows: list[float]
+    rss_warm_mib: float  # at the end of the warm-up
+    rss_max_mib: float   # the largest after it
+    rss_growth: float
 
 
 @report_kinds("serve-soak")
@@ -60,9 +87,10 @@ class SoakReport(Report):
     clients: int
     n_gen: int
     prompt_words: int
-    rows: list[dict]  # per server: requests, errors, requests/s (whole run and per window), RSS after warm-up and growth
+    rows: list[SoakRow]
     errors: dict[str, list[str]]  # server -> the first errors' text
     runs: dict[str, dict]  # server -> each request's end, server RSS samples
+    ROWS = {"rows": SoakRow}
 
     def table(self) -> Table:
         title = (f"awq2gguf-serve soak, {Path(self.model).name}: {self.clients} clients streaming completions of "
@@ -70,9 +98,9 @@ class SoakReport(Report):
                  f"end of the first {SOAK_WARM_UP:.0%} of the requests to the largest after it")
         headers = ["server", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
                    "RSS after warm-up MiB", "RSS max MiB", "RSS growth"]
-        rows = [[r["build"], str(r["requests"]), str(r["errors"]), f"{r['requests_per_s']:.2f}",
-                 " ".join(f"{x:.2f}" for x in r["requests_per_s_windows"]), f"{r['rss_warm_mib']:.0f}",
-                 f"{r['rss_max_mib']:.0f}", f"{r['rss_growth']:+.1%}"] for r in self.rows]
+        rows = [[r.build, str(r.requests), str(r.errors), f"{r.requests_per_s:.2f}",
+                 " ".join(f"{x:.2f}" for x in r.requests_per_s_windows), f"{r.rss_warm_mib:.0f}",
+                 f"{r.rss_max_mib:.0f}", f"{r.rss_growth:+.1%}"] for r in self.rows]
         return Table(title, headers, rows)
 
 

@@ -20,6 +20,17 @@ from ..speed import paired_ratios, run_interleaved
 from ..tables import Table, spread
 
 
+@dataclass(kw_only=True)
+class SpeedRow:
+    """One build (bench.speed.BuildResult.summary): tokens/s over the repetitions, peak RSS."""
+    build: str
+    model: str
+    model_size_mib: float
+    tokens_per_s: dict  # median, min, max, samples
+    ms_per_128_tokens: float
+    peak_rss_mib: float
+
+
 @report_kinds("decode", "prefill")
 @dataclass(kw_only=True)
 class SpeedReport(Report):
@@ -29,9 +40,10 @@ class SpeedReport(Report):
     n_prompt: int
     n_gen: int
     interrupted: bool
-    builds: list[dict]               # BuildResult.summary() per build, the baseline first
+    builds: list[SpeedRow]           # the baseline first
     ratios: dict[str, dict]          # build -> per-repetition ratio to the baseline (median, min, max)
     rpc: tuple[str, ...] = ()        # the ggml-rpc-servers the layers were split over
+    ROWS = {"builds": SpeedRow}
 
     @property
     def test(self) -> str:
@@ -39,7 +51,7 @@ class SpeedReport(Report):
 
     def table(self) -> Table:
         decode = self.kind == "decode"
-        base = self.builds[0]["build"]
+        base = self.builds[0].build
         title = (f"{self.kind} ({self.test}, {self.runner}): {self.threads} thread(s), "
                  + (f"layers over the ggml-rpc-servers {', '.join(self.rpc)}, " if self.rpc else "")
                  + f"{self.reps} interleaved reps, median (min-max)")
@@ -47,11 +59,10 @@ class SpeedReport(Report):
                    "peak RSS MiB", f"vs {base}"]
         rows = []
         for b in self.builds:
-            ratio = self.ratios.get(b["build"])
-            rows.append([b["build"], Path(b["model"]).name, f"{b['model_size_mib']:.1f}",
-                         spread(b["tokens_per_s"], ".2f"),
-                         *([f"{b['ms_per_128_tokens']:.0f}"] if decode else []),
-                         f"{b['peak_rss_mib']:.0f}", spread(ratio, ".3f") if ratio else "1"])
+            ratio = self.ratios.get(b.build)
+            rows.append([b.build, Path(b.model).name, f"{b.model_size_mib:.1f}", spread(b.tokens_per_s, ".2f"),
+                         *([f"{b.ms_per_128_tokens:.0f}"] if decode else []),
+                         f"{b.peak_rss_mib:.0f}", spread(ratio, ".3f") if ratio else "1"])
         return Table(title, headers, rows)
 
 
