@@ -36,6 +36,13 @@ class QualityRow:
 
 
 @dataclass(kw_only=True)
+class MadeRow(QualityRow):
+    """A file some method made: its scores and what making it took (none where it was not timed)."""
+    make_s: float | None = None
+    peak_rss_mib: float | None = None
+
+
+@dataclass(kw_only=True)
 class Report:
     kind: str
     busy_warning: str | None = None  # the machine was busy when the command started
@@ -62,3 +69,12 @@ class Report:
 
 def from_json(data: dict) -> Report:
     return REPORT_TYPES[data["kind"]](**data)
+
+
+@dataclass(kw_only=True)
+class TextReport(Report):
+    """Scores on a text: the build whose llama-perplexity measured them, over `chunks` windows of `ctx` tokens."""
+    build: str
+    text: str
+    ctx: int
+    chunks: int

@@ -17,7 +17,7 @@ from ..awq import autoawq_available, make_variants, measured_rows
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log
 from ..models import quantized_by
-from ..reports import QualityRow, Report, report_kinds
+from ..reports import MadeRow, TextReport, report_kinds
 from ..tables import Table, optional
 
 
@@ -43,23 +43,17 @@ def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
 
 
 @dataclass(kw_only=True)
-class AwqRow(QualityRow):
+class AwqRow(MadeRow):
     """One way of making the file: its scores, the share of plain all-Q4_0's perplexity gap to FP16
     it closes, and what making it took."""
     model: str  # the method
     gap_closed: float
-    make_s: float | None
-    peak_rss_mib: float | None
 
 
 @report_kinds("awq")
 @dataclass(kw_only=True)
-class AwqReport(Report):
+class AwqReport(TextReport):
     model: str             # the development model's title
-    build: str
-    text: str
-    ctx: int
-    chunks: int
     calib_samples: int
     calib_tokens: int
     seeds: list[int]

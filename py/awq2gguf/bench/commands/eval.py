@@ -16,7 +16,7 @@ from ..eval import evaluate_model
 from ..cli_shared import (BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,
                           log, progress)
 from ..models import dev_model_suite
-from ..reports import QualityRow, Report, report_kinds
+from ..reports import QualityRow, TextReport, report_kinds
 from ..tables import Table, optional
 from ..tasks import TASKS, load_items
 
@@ -41,11 +41,7 @@ class EvalRow(QualityRow):
 
 @report_kinds("eval")
 @dataclass(kw_only=True)
-class EvalReport(Report):
-    build: str
-    text: str
-    ctx: int
-    chunks: int
+class EvalReport(TextReport):
     base: str | None       # the reference model for KLD, if any
     limit: int
     tasks: dict[str, str]  # task -> its metric (acc or acc_norm)

@@ -20,27 +20,21 @@ from ..awq import Made, awq2gguf, calibration_file
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
     log
 from ..lora import make_adapter, training_lines
-from ..reports import QualityRow, Report, report_kinds
+from ..reports import MadeRow, TextReport, report_kinds
 from ..tables import Table, optional
 
 
 @dataclass(kw_only=True)
-class LoraRow(QualityRow):
+class LoraRow(MadeRow):
     """One file: its scores and what making it took."""
     label: str
-    make_s: float | None = None
-    peak_rss_mib: float | None = None
 
 
 @report_kinds("lora")
 @dataclass(kw_only=True)
-class LoraReport(Report):
+class LoraReport(TextReport):
     model: str
     dev_model: str
-    build: str
-    text: str
-    ctx: int
-    chunks: int
     adapter: dict          # how it was trained (bench.lora.make_adapter's training.json)
     drop_blocks: int
     rows: list[LoraRow]

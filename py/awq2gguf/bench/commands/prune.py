@@ -19,7 +19,7 @@ from ..eval import evaluate_model
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log, progress
 from ..prune import interleaved_speed, make_pruned
-from ..reports import Report, report_kinds
+from ..reports import MadeRow, TextReport, report_kinds
 from .eval import EvalRow
 from ..tables import Table
 from ..tasks import TASKS, load_items
@@ -41,7 +41,7 @@ def _parse_methods(_ctx, _param, value: str) -> list[str]:
 
 
 @dataclass(kw_only=True)
-class PruneRow(EvalRow):
+class PruneRow(EvalRow, MadeRow):
     """FP16, or the file made with N blocks dropped: which, its calibration perplexity after the
     drop, its scores, what making it took, and its decode and prefill tokens/s against N = 0
     (bench.prune.interleaved_speed)."""
@@ -49,21 +49,15 @@ class PruneRow(EvalRow):
     n: int
     blocks: list[int]
     calib_ppl: float | None  # none for FP16
-    make_s: float | None = None
-    peak_rss_mib: float | None = None
     decode: dict | None = None  # none for FP16
     prefill: dict | None = None
 
 
 @report_kinds("prune")
 @dataclass(kw_only=True)
-class PruneReport(Report):
+class PruneReport(TextReport):
     model: str
     dev_model: str
-    build: str
-    text: str
-    ctx: int
-    chunks: int
     calib_samples: int
     calib_tokens: int
     limit: int             # items per multiple-choice task
