@@ -104,3 +104,17 @@ def test_a_command_turns_the_toolkits_errors_into_one_line():
     assert result.exit_code == 1
     assert result.output == "Error: llama-quantize failed (1):\nout of disk\n"
     assert result.exc_info[0] is SystemExit  # no traceback
+
+
+def test_a_stop_that_lands_while_a_class_is_made_is_still_the_stop():
+    """SIGTERM's handler raises SystemExit(143) wherever the job is; inside an import, Python wraps an
+    exception from a class attribute's __set_name__ in a RuntimeError (seen once in CI's SIGTERM test)."""
+    class Stopped:
+        def __set_name__(self, owner, name):
+            raise SystemExit(143)
+
+    @click.command(cls=Command)
+    def importing():
+        type("Made", (), {"field": Stopped()})
+    result = CliRunner().invoke(importing)
+    assert result.exit_code == 143 and result.output == ""

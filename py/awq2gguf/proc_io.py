@@ -43,6 +43,12 @@ class _UserErrors:
             return super().invoke(ctx)
         except Awq2ggufError as e:
             raise click.ClickException(str(e)) from None
+        except RuntimeError as e:
+            # SIGTERM's SystemExit raised while a class is made (an import under way) comes out wrapped
+            # by Python (< 3.12) as "Error calling __set_name__": it is still the stop.
+            if isinstance(e.__cause__, SystemExit):
+                raise e.__cause__ from None
+            raise
         finally:
             if in_main_thread:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
