@@ -1,7 +1,8 @@
 """What every bench command saves and prints: a typed report per kind, saved as JSON under
 bench/results/raw/ and rendered as a table. Each command module defines its report type (its
-fields and its table) and registers it under the kinds it saves, so `bench report` can load any
-saved file back into its type."""
+fields, the type of its rows and its table) and registers it under the kinds it saves, so `bench
+report` can load any saved file back into its type; the rows and reports several commands share
+are here."""
 
 from __future__ import annotations
 
@@ -67,10 +68,6 @@ class Report:
         return asdict(self)
 
 
-def from_json(data: dict) -> Report:
-    return REPORT_TYPES[data["kind"]](**data)
-
-
 @dataclass(kw_only=True)
 class TextReport(Report):
     """Scores on a text: the build whose llama-perplexity measured them, over `chunks` windows of `ctx` tokens."""
@@ -78,3 +75,7 @@ class TextReport(Report):
     text: str
     ctx: int
     chunks: int
+
+
+def from_json(data: dict) -> Report:
+    return REPORT_TYPES[data["kind"]](**data)
