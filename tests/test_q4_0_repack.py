@@ -1,5 +1,7 @@
-"""Repacked Q4_0 on x86: the patched AVX2 GEMM/GEMV (patch 0004) and GET_ROWS from the repacked
-layout (patch 0003), each build against ggml's own references (tests/kernels/q4_0_repack.cpp)."""
+"""Repacked Q4_0 on x86 through each build's own entry points: the GEMM/GEMV this CPU's build runs
+(patches 0005/0010 on AVX2, 0011/0013/0017 on AVX-512), the decode paths (0015, 0016) and GET_ROWS
+from the repacked layout (0003), against ggml's own references (tests/kernels/q4_0_repack.cpp).
+Both widths' kernels on any host: test_q4_0x8_kernels."""
 
 import re
 
