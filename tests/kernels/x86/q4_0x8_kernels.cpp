@@ -40,6 +40,8 @@ static const char * const MODE = "simde";
 #error "avx2 mode is built at -march=x86-64-v3: AVX2, F16C and FMA, no AVX-512"
 #endif
 static const char * const MODE = "avx2";
+#include "ggml-cpu/repack.h"
+#include "ggml-cpu/arch/x86/q4_0x8-avx2.h"
 #else
 #include <immintrin.h>
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
@@ -48,10 +50,8 @@ static const char * const MODE = "avx2";
 static const char * const MODE = "native";
 #endif
 
+#if !defined(Q4_0X8_AVX2)
 #include "ggml-cpu/repack.h"
-#if defined(Q4_0X8_AVX2)
-#include "ggml-cpu/arch/x86/q4_0x8-avx2.h"
-#else
 #include "ggml-cpu/arch/x86/q4_0x8-avx512.h"
 #endif
 
@@ -62,15 +62,14 @@ static const char * const MODE = "native";
 using gemm_fn = void (*)(int, float *, size_t, const void *, const void *, int, int);
 using gemv_fn = void (*)(int, float *, const void *, const void *, int);
 
-// One flavour of one width's kernels. gemv_rows (nullptr where the width has none) takes all the
-// rows in one call, as batched decode makes it.
+// One flavour of one width's kernels; nullptr for a kernel the width does not have.
 struct kernels {
     const char * width;
     const char * flavour;
     gemm_fn gemm;
     gemv_fn gemv;
-    gemv_fn gemv_4_streams;  // one row per call; nullptr where the width has none
-    gemm_fn gemv_rows;
+    gemv_fn gemv_4_streams;  // one row per call
+    gemm_fn gemv_rows;       // all the rows in one call, as batched decode makes it
 };
 
 static void report(const kernels & ks, const char * kind, int64_t k, int64_t n, int64_t m, double err,
@@ -155,7 +154,7 @@ static void check(const kernels & ks, int64_t k, int64_t n, int64_t m) {
 #if defined(Q4_0X8_AVX2)
 static const kernels KERNELS[] = {{"avx2", "maddubs", q4_0x8_avx2::gemm, q4_0x8_avx2::gemv, nullptr, nullptr}};
 #else
-// gemv_4_streams one row per call, and gemv_rows (bs = n: the outputs' row stride).
+// gemv_4_streams one row per call (bs = n: the outputs' row stride).
 template <bool VNNI>
 static void gemv_4_streams_one_row(int n, float * s, const void * vx, const void * vy, int nc) {
     q4_0x8_avx512::gemv_4_streams<VNNI, 1>(n, s, n, vx, vy, nc);
