@@ -40,8 +40,6 @@ static const char * const MODE = "simde";
 #error "avx2 mode is built at -march=x86-64-v3: AVX2, F16C and FMA, no AVX-512"
 #endif
 static const char * const MODE = "avx2";
-#include "ggml-cpu/repack.h"
-#include "ggml-cpu/arch/x86/q4_0x8-avx2.h"
 #else
 #include <immintrin.h>
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512VNNI__)
@@ -50,8 +48,11 @@ static const char * const MODE = "avx2";
 static const char * const MODE = "native";
 #endif
 
-#if !defined(Q4_0X8_AVX2)
+// The width's kernels, after the intrinsics (SIMDe's aliases) of the mode above.
 #include "ggml-cpu/repack.h"
+#if defined(Q4_0X8_AVX2)
+#include "ggml-cpu/arch/x86/q4_0x8-avx2.h"
+#else
 #include "ggml-cpu/arch/x86/q4_0x8-avx512.h"
 #endif
 
