@@ -7,7 +7,7 @@ VPY := $(VENV)/bin/python
 STAMPS := .stamps
 
 .PHONY: help vendor patches-apply patches-export patches-reset patched-build stock-build builds \
-        arm-build arm-check setup autoawq autoround run test test-fast clean distclean
+        arm-build arm-check ik-build setup autoawq autoround run test test-fast clean distclean
 
 help:
 	@echo "make run            set up everything, run awq2gguf on SmolLM2-135M, benchmark decode patched vs stock"
@@ -23,6 +23,7 @@ help:
 	@echo "make setup          create $(VENV) with torch (local CPU wheel), llama-cpp-python and this package"
 	@echo "make autoawq        add AutoAWQ 0.2.9 (awq2gguf --engine autoawq), without its unused triton"
 	@echo "make autoround      add Intel's AutoRound 0.16.1, the peer in bench awq --autoround-iters"
+	@echo "make ik-build IK_SRC=DIR  build the peer ik_llama.cpp (a clone at vendor/ik-pin.env's commit) into build/ik"
 
 vendor:
 	@scripts/vendor.sh
@@ -45,6 +46,11 @@ stock-build: vendor
 	@scripts/build.sh stock vendor/llama.cpp-stock
 
 builds: stock-build patched-build
+
+# The peer, optional: never needed by run or test (bench --builds stock,patched,ik,ik-rtr runs it).
+ik-build:
+	@test -n "$(IK_SRC)" || { echo "make ik-build: set IK_SRC to a clone of ik_llama.cpp (vendor/ik-pin.env)" >&2; exit 2; }
+	@scripts/build-ik.sh "$(IK_SRC)"
 
 # aarch64 cross builds for the QEMU checks: sve (armv8.6-a: i8mm, dotprod) and a64fx (no i8mm/dotprod).
 ARM_VARIANTS := sve a64fx

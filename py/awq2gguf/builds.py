@@ -1,4 +1,5 @@
-"""The llama.cpp builds made by `make stock-build` and `make patched-build`, found by name."""
+"""The llama.cpp builds found by name: the toolkit's own (`make stock-build`, `make patched-build`)
+and the peer ik_llama.cpp (`make ik-build IK_SRC=DIR`), which bench runs in each of its modes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,11 @@ from .paths import BUILD_DIR
 from .proc_io import Awq2ggufError, ToolFailed, run_tool
 
 BUILD_NAMES = ("stock", "patched")
+# The peer's modes: bench name -> the arguments its tools (llama-bench, llama-perplexity) get. `-rtr 1`
+# repacks every Q4_0 weight to its row-interleaved Q4_0_R8 at load (and reads the file without mmap).
+PEER_DIR = "ik"
+PEER_MODES = {"ik": (), "ik-rtr": ("-rtr", "1")}
+BENCH_BUILD_NAMES = BUILD_NAMES + tuple(PEER_MODES)
 
 
 class BuildMissing(Awq2ggufError):
@@ -21,11 +27,16 @@ class BuildMissing(Awq2ggufError):
 class Build:
     name: str
     bin_dir: Path
+    mode_args: tuple[str, ...] = ()  # what every run of a model by this build passes (the peer's modes)
+
+    @property
+    def is_peer(self) -> bool:
+        return self.name in PEER_MODES
 
     def tool(self, tool: str) -> Path:
         path = self.bin_dir / tool
         if not path.is_file():
-            raise BuildMissing(f"{path} is missing from the {self.name} build: run `make {self.name}-build`")
+            raise BuildMissing(f"{path} is missing from the {self.name} build: run `{_make_target(self.name)}`")
         return path
 
     @property
@@ -34,8 +45,8 @@ class Build:
         return self.bin_dir
 
     def run(self, tool: str, args: list[str], error: type[Awq2ggufError] = ToolFailed) -> subprocess.CompletedProcess:
-        """Run one of the build's tools with its libraries; a failure names build and tool."""
-        return run_tool([str(self.tool(tool)), *args], f"{self.name} {tool}", self.env(), error)
+        """Run one of the build's tools with its libraries, in the build's mode; a failure names build and tool."""
+        return run_tool([str(self.tool(tool)), *self.mode_args, *args], f"{self.name} {tool}", self.env(), error)
 
     def env(self) -> dict[str, str]:
         """Environment for a child that must use this build's libraries (tools or llama-cpp-python)."""
@@ -45,11 +56,16 @@ class Build:
         return env
 
 
+def _make_target(name: str) -> str:
+    return "make ik-build IK_SRC=DIR" if name in PEER_MODES else f"make {name}-build"
+
+
 def get_build(name: str) -> Build:
-    if name not in BUILD_NAMES:
-        raise ValueError(f"unknown build {name!r}: choose from {', '.join(BUILD_NAMES)}")
-    build = Build(name, BUILD_DIR / name / "bin")
+    if name not in BENCH_BUILD_NAMES:
+        raise ValueError(f"unknown build {name!r}: choose from {', '.join(BENCH_BUILD_NAMES)}")
+    peer = name in PEER_MODES
+    build = Build(name, BUILD_DIR / (PEER_DIR if peer else name) / "bin", PEER_MODES.get(name, ()))
     if not (build.lib_dir / "libllama.so").is_file():
         raise BuildMissing(f"the {name} build is missing ({build.lib_dir}/libllama.so not found): "
-                           f"run `make {name}-build`")
+                           f"run `{_make_target(name)}`")
     return build

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..assets.dev_models import DEV_MODEL_NAMES, DEV_MODELS
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
-from ..builds import BUILD_NAMES
+from ..builds import BENCH_BUILD_NAMES, BUILD_NAMES, get_build
 from .. import cli_options
 from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
@@ -30,13 +30,16 @@ def log(msg: str) -> None:
     err.print(f"[dim]{msg}[/]")
 
 
-def parse_builds(_ctx, _param, value: str) -> list[str]:
-    names = [n.strip() for n in value.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BUILD_NAMES]
-    if unknown or not names:
-        raise click.BadParameter(f"unknown build(s) {', '.join(unknown) or '(none)'}; "
-                                 f"choose from {', '.join(BUILD_NAMES)}")
-    return names
+def parse_builds(choices):
+    """A --builds callback that accepts these names."""
+    def parse(_ctx, _param, value: str) -> list[str]:
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in choices]
+        if unknown or not names:
+            raise click.BadParameter(f"unknown build(s) {', '.join(unknown) or '(none)'}; "
+                                     f"choose from {', '.join(choices)}")
+        return names
+    return parse
 
 
 def options(*opts):
@@ -59,8 +62,17 @@ DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), defa
                              f"{name} is {m.title}" for name, m in DEV_MODELS.items()) + ".")
 BUILD = click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
                      help="Build that makes and runs every model.")
-BUILDS = click.option("--builds", "build_names", default="stock,patched", show_default=True, callback=parse_builds,
+BUILDS = click.option("--builds", "build_names", default="stock,patched", show_default=True,
+                      callback=parse_builds(BUILD_NAMES),
                       help="Comma-separated builds to compare; ratios are against the first.")
+PEER_HELP = ("ik and ik-rtr are the peer ik_llama.cpp (`make ik-build IK_SRC=DIR`) as it is and with its run-time "
+             "repack (-rtr 1); it runs the file the patched build makes.")
+# decode, prefill and roofline (BUILDS_WITH_PEER) and eval (RUN_BUILD) also run the peer.
+RUN_BUILD = click.option("--build", "build_name", type=click.Choice(BENCH_BUILD_NAMES), default="patched",
+                         show_default=True, help="Build that runs every model. " + PEER_HELP)
+BUILDS_WITH_PEER = click.option("--builds", "build_names", default="stock,patched", show_default=True,
+                                callback=parse_builds(BENCH_BUILD_NAMES),
+                                help="Comma-separated builds to compare; ratios are against the first. " + PEER_HELP)
 SHAPE = click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
                      help="Synthetic model shape used when --model is not given.")
 QTYPE = click.option("--qtype", default="Q4_0", show_default=True, help="Quantization of the synthetic model.")
@@ -68,7 +80,7 @@ MODEL_OPTIONS = options(
     click.option("--model", "-m", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                  help="GGUF to run on every build. Default: the synthetic --shape model, quantized to --qtype "
                       "by each build's own llama-quantize (so each build runs the file it makes)."),
-    SHAPE, QTYPE, BUILDS)
+    SHAPE, QTYPE, BUILDS_WITH_PEER)
 # The perplexity text and windows of `bench eval` and `bench awq`.
 PERPLEXITY_TEXT = options(
     click.option("--text", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_EVAL_TEXT,
@@ -104,11 +116,12 @@ def check_machine(threads: int) -> str | None:
 
 
 def models_for(builds, model, shape, qtype) -> dict[str, Path]:
-    """The given GGUF for every build, or the synthetic shape quantized by each build itself."""
+    """The given GGUF for every build, or the synthetic shape quantized by each build itself (the peer,
+    which has no quantizer of ours, by the patched build: the same file)."""
     if model:
         return {b.name: model for b in builds}
     src = synthetic_f16(shape, log)
-    return {b.name: quantized_by(b, src, qtype, log) for b in builds}
+    return {b.name: quantized_by(get_build("patched") if b.is_peer else b, src, qtype, log) for b in builds}
 
 
 def finish(report: Report, as_json: bool) -> None:

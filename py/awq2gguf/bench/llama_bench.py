@@ -42,9 +42,9 @@ def _measured(build: Build, cmd: list[str], what: str, model: Path) -> tuple[str
 
 def run_llama_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int,
                     rpc: tuple[str, ...] = ()) -> Run:
-    """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test; with rpc, the layers
-    split over those ggml-rpc-servers."""
-    cmd = [str(build.tool("llama-bench")), "-m", str(model), "-t", str(threads),
+    """`llama-bench -r 1` (after its own warm-up run) for one pp or tg test, in the build's mode; with
+    rpc, the layers split over those ggml-rpc-servers."""
+    cmd = [str(build.tool("llama-bench")), *build.mode_args, "-m", str(model), "-t", str(threads),
            "-p", str(n_prompt), "-n", str(n_gen), "-r", "1", "-o", "json",
            *(["--rpc", ",".join(rpc)] if rpc else [])]
     out, peak_rss = _measured(build, cmd, "llama-bench", model)

@@ -105,7 +105,8 @@ _KERNEL_ISAS = (("AVX-512 VNNI", ("ggml_cpu_has_avx512", "ggml_cpu_has_avx512_vn
 
 
 def kernel_isa(build: Build) -> str:
-    lib = ctypes.CDLL(str(build.lib_dir / "libggml-cpu.so"))
+    cpu_lib = build.lib_dir / "libggml-cpu.so"  # ik_llama.cpp keeps the CPU backend in libggml.so
+    lib = ctypes.CDLL(str(cpu_lib if cpu_lib.is_file() else build.lib_dir / "libggml.so"))
     for name, functions in _KERNEL_ISAS:
         if all(getattr(lib, f)() for f in functions):
             return name

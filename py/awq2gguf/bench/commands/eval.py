@@ -13,7 +13,7 @@ from ...builds import get_build
 from ...proc_io import Awq2ggufError
 from .. import perplexity, plots, results
 from ..eval import evaluate_model
-from ..cli_shared import (BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,
+from ..cli_shared import (DEV_MODEL, RUN_BUILD, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,
                           log, progress)
 from ..models import dev_model_suite
 from ..reports import QualityRow, TextReport, report_kinds
@@ -78,7 +78,7 @@ class EvalReport(TextReport):
 @DEV_MODEL
 @click.option("--base", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Reference model for KL-divergence and top-token agreement (default with the --dev-model suite: its FP16).")
-@BUILD
+@RUN_BUILD
 @PERPLEXITY_TEXT
 @click.option("--tasks", "task_names", default=",".join(TASKS), show_default=True, callback=_parse_tasks,
               help="Multiple-choice tasks, comma-separated, or none.")
