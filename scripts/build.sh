@@ -15,8 +15,9 @@ tag=build
 source scripts/cmake-common.sh
 
 targets=("$@")
-[ $# -eq 0 ] && targets=(llama ggml llama-completion llama-bench llama-quantize llama-perplexity llama-imatrix
-                         llama-server ggml-rpc-server test-backend-ops test-quantize-fns test-export-graph-ops)
+[ $# -eq 0 ] && targets=(llama ggml llama-completion llama-bench llama-batched-bench llama-quantize llama-perplexity
+                         llama-imatrix llama-server ggml-rpc-server test-backend-ops test-quantize-fns
+                         test-export-graph-ops)
 
 # AMX stays out of both builds: at the pin, ggml's AMX kernels take the Q4_0 weights on an Intel
 # CPU that has it, and GCC 12 drops the stores that fill their tile configuration, so the first

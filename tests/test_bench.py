@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from awq2gguf.bench import BenchError
+from awq2gguf.bench.batched_bench import parse_decode_tps
 from awq2gguf.bench.llama_bench import Run, parse_llama_bench_json
 from awq2gguf.bench.machine import threads_warning
 from awq2gguf.bench.speed import BuildResult, paired_ratios
@@ -23,6 +24,16 @@ def test_parses_captured_llama_bench_json():
 def test_garbage_output_is_an_error():
     with pytest.raises(BenchError, match="no JSON"):
         parse_llama_bench_json("llama-bench: error loading model\n")
+
+
+@pytest.mark.parametrize("capture, tps", [("llama-batched-bench-npl-1-2.md", (3194.89, 5468.22)),
+                                          ("ik-llama-batched-bench-npl-1-2.md", (1773.84, 2315.82))])
+def test_parses_the_decode_column_of_captured_llama_batched_bench_tables(capture, tps):
+    """Our builds' and the peer's llama-batched-bench print the same table: S_TG per stream count."""
+    text = (DATA / capture).read_text()
+    assert (parse_decode_tps(text, 1), parse_decode_tps(text, 2)) == pytest.approx(tps)
+    with pytest.raises(BenchError, match="no row for 4 streams"):
+        parse_decode_tps(text, 4)
 
 
 def test_paired_ratio_statistics(tmp_path):
@@ -65,6 +76,28 @@ def test_live_ab_run_on_a_tiny_model(builds, tiny_f16, tmp_path, kind, flag, run
     # Each build ran the file its own quantizer made: patched all-Q4_0 is the smaller one.
     sizes = {b["build"]: b["model_size_mib"] for b in report["builds"]}
     assert sizes["patched"] < sizes["stock"]
+
+
+def test_live_batched_run_on_a_tiny_model(builds, tiny_f16, tmp_path):
+    env = {"AWQ2GGUF_MODELS": str(tmp_path), "AWQ2GGUF_RESULTS": str(tmp_path / "results"), "PATH": "/usr/bin:/bin"}
+    (tmp_path / "synthetic-tiny-tied-f16.gguf").symlink_to(tiny_f16["tiny-tied"])
+    proc = subprocess.run(
+        [sys.executable, "-m", "awq2gguf.bench.cli", "batched", "--shape", "tiny-tied", "--streams", "1,3",
+         "--reps", "2", "--threads", "1", "--n-gen", "8", "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert [(r["streams"], r["build"]) for r in report["rows"]] == [(1, "stock"), (1, "patched"), (3, "stock"),
+                                                                   (3, "patched")]
+    for r in report["rows"]:
+        assert len(r["tokens_per_s"]["samples"]) == 2 and r["tokens_per_s"]["median"] > 0 and r["peak_rss_mib"] > 1
+        assert (r["ratio"] is None) == (r["build"] == "stock")
+
+
+@pytest.mark.parametrize("streams", ["0,2", "2,2", "1,x"])
+def test_bad_stream_counts_are_rejected(streams):
+    proc = subprocess.run([sys.executable, "-m", "awq2gguf.bench.cli", "batched", "--streams", streams],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "--streams" in proc.stderr
 
 
 def test_unknown_build_is_rejected():

@@ -29,6 +29,9 @@ def test_parses_final_ppl_from_the_log():
     assert parse_final_ppl((DATA / "llama-perplexity-base.err").read_text()) == {"ppl": 23.801, "ppl_err": 2.82554}
     with pytest.raises(BenchError):
         parse_final_ppl("main: error: failed to load model\n")
+    # The peer ik_llama.cpp's final line, as its llama-perplexity prints it on stdout.
+    ik = "[1]142079.2116,[2]142472.9530,\nFinal estimate: PPL over 2 chunks for n_ctx=128 = 142472.9530 +/- 2607.12413\n"
+    assert parse_final_ppl(ik) == {"ppl": 142472.9530, "ppl_err": 2607.12413}
 
 
 def test_continuation_logprob_matches_a_direct_log_softmax():

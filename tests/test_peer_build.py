@@ -64,6 +64,17 @@ def test_bench_names_the_peer_and_how_to_build_it(tmp_path, monkeypatch):
     assert proc.returncode == 2 and "unknown build(s) ik-fast; choose from stock, patched, ik, ik-rtr" in proc.stderr
 
 
+def test_the_peers_repack_is_asked_as_each_of_its_tools_takes_it(tmp_path, monkeypatch):
+    import awq2gguf.builds as builds
+    monkeypatch.setattr(builds, "BUILD_DIR", tmp_path)
+    (tmp_path / "ik" / "bin").mkdir(parents=True)
+    (tmp_path / "ik" / "bin" / "libllama.so").touch()
+    ik, rtr = get_build("ik"), get_build("ik-rtr")
+    assert ik.is_peer and ik.mode_args("llama-bench") == () == ik.mode_args("llama-perplexity")
+    assert rtr.mode_args("llama-bench") == ("-rtr", "1")  # its llama-bench: -rtr <0|1>
+    assert rtr.mode_args("llama-perplexity") == rtr.mode_args("llama-batched-bench") == ("-rtr",)  # the rest: a flag
+
+
 @pytest.fixture(scope="module")
 def ik_built():
     src = os.environ.get("AWQ2GGUF_IK_SRC")

@@ -12,10 +12,10 @@ from .paths import BUILD_DIR
 from .proc_io import Awq2ggufError, ToolFailed, run_tool
 
 BUILD_NAMES = ("stock", "patched")
-# The peer's modes: bench name -> the arguments its tools (llama-bench, llama-perplexity) get. `-rtr 1`
-# repacks every Q4_0 weight to its row-interleaved Q4_0_R8 at load (and reads the file without mmap).
+# The peer's modes: bench name -> whether its run-time repack is on, which makes every Q4_0 weight its
+# row-interleaved Q4_0_R8 at load (and reads the file without mmap).
 PEER_DIR = "ik"
-PEER_MODES = {"ik": (), "ik-rtr": ("-rtr", "1")}
+PEER_MODES = {"ik": False, "ik-rtr": True}
 BENCH_BUILD_NAMES = BUILD_NAMES + tuple(PEER_MODES)
 
 
@@ -27,11 +27,18 @@ class BuildMissing(Awq2ggufError):
 class Build:
     name: str
     bin_dir: Path
-    mode_args: tuple[str, ...] = ()  # what every run of a model by this build passes (the peer's modes)
+    repack_at_load: bool = False  # the peer's -rtr
 
     @property
     def is_peer(self) -> bool:
         return self.name in PEER_MODES
+
+    def mode_args(self, tool: str) -> tuple[str, ...]:
+        """What every run of a model by this tool passes for the build's mode: llama-bench takes the
+        peer's run-time repack as `-rtr 1`, its other tools as a flag."""
+        if not self.repack_at_load:
+            return ()
+        return ("-rtr", "1") if tool == "llama-bench" else ("-rtr",)
 
     def tool(self, tool: str) -> Path:
         path = self.bin_dir / tool
@@ -46,7 +53,7 @@ class Build:
 
     def run(self, tool: str, args: list[str], error: type[Awq2ggufError] = ToolFailed) -> subprocess.CompletedProcess:
         """Run one of the build's tools with its libraries, in the build's mode; a failure names build and tool."""
-        return run_tool([str(self.tool(tool)), *self.mode_args, *args], f"{self.name} {tool}", self.env(), error)
+        return run_tool([str(self.tool(tool)), *self.mode_args(tool), *args], f"{self.name} {tool}", self.env(), error)
 
     def env(self) -> dict[str, str]:
         """Environment for a child that must use this build's libraries (tools or llama-cpp-python)."""
@@ -64,7 +71,7 @@ def get_build(name: str) -> Build:
     if name not in BENCH_BUILD_NAMES:
         raise ValueError(f"unknown build {name!r}: choose from {', '.join(BENCH_BUILD_NAMES)}")
     peer = name in PEER_MODES
-    build = Build(name, BUILD_DIR / (PEER_DIR if peer else name) / "bin", PEER_MODES.get(name, ()))
+    build = Build(name, BUILD_DIR / (PEER_DIR if peer else name) / "bin", PEER_MODES.get(name, False))
     if not (build.lib_dir / "libllama.so").is_file():
         raise BuildMissing(f"the {name} build is missing ({build.lib_dir}/libllama.so not found): "
                            f"run `{_make_target(name)}`")

@@ -12,6 +12,7 @@ from . import results, tables
 from .commands.arm import arm
 from .commands.awq import awq
 from .commands.awq_cost import awq_cost
+from .commands.batched import batched
 from .commands.eval import eval_
 from .commands.lora import lora
 from .commands.ops import ops
@@ -32,7 +33,7 @@ def main():
 
 
 # In the order `bench report` renders their reports (a command's name is the kind it saves).
-COMMANDS = (decode, prefill, roofline, ops, eval_, awq, prune, lora, awq_cost, arm, serve)
+COMMANDS = (decode, prefill, batched, roofline, ops, eval_, awq, prune, lora, awq_cost, arm, serve)
 for command in COMMANDS:
     main.add_command(command)
 

@@ -9,7 +9,8 @@ from ..builds import Build
 from . import BenchError
 
 _NUM = r"([-+]?(?:[\d.]+(?:e[-+]?\d+)?|nan|inf))"
-_FINAL = re.compile(rf"Final estimate: PPL = {_NUM} \+/- {_NUM}")
+# Ours print "PPL = x +/- e" on stderr, ik_llama.cpp "PPL over N chunks for n_ctx=C = x +/- e" on stdout.
+_FINAL = re.compile(rf"Final estimate: PPL(?: over \d+ chunks for n_ctx=\d+)? = {_NUM} \+/- {_NUM}")
 # The mean KLD of a model against its own saved logits can print as -0.000001: signs are allowed.
 _STATS = {
     "ppl": re.compile(rf"Mean PPL\(Q\)\s*:\s*{_NUM}\s*±\s*{_NUM}"),
@@ -42,7 +43,8 @@ def on_text(build: Build, model: Path, text: Path, ctx: int, chunks: int, thread
     args = ["-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks), "-t", str(threads)]
     if save_logits is not None:
         args += ["--kl-divergence-base", str(save_logits)]
-    return parse_final_ppl(build.run("llama-perplexity", args).stderr)
+    proc = build.run("llama-perplexity", args)
+    return parse_final_ppl(proc.stdout + proc.stderr)
 
 
 def against_base(build: Build, model: Path, base: Path, threads: int) -> dict:
