@@ -32,7 +32,8 @@ def test_prefill_ops_count_weight_matmuls_but_not_output():
 
 def test_int8_peak():
     assert int8_ops_per_cycle("GenuineIntel", {"avx2", "avx512_vnni"}, "x86_64")[0] == 256
-    assert int8_ops_per_cycle("AuthenticAMD", {"avx2", "avx512_vnni"}, "x86_64")[0] == 128
+    assert int8_ops_per_cycle("AuthenticAMD", {"avx2", "avx512_vnni"}, "x86_64", 25)[0] == 128  # Zen 4
+    assert int8_ops_per_cycle("AuthenticAMD", {"avx2", "avx512_vnni"}, "x86_64", 26)[0] == 256  # Zen 5
     assert int8_ops_per_cycle("GenuineIntel", {"avx2", "avx_vnni"}, "x86_64")[0] == 128
     assert int8_ops_per_cycle("", {"asimd", "asimddp", "i8mm"}, "aarch64")[0] == 128
     assert Int8Peak(128, 2.5, 2, "").gops == pytest.approx(640.0)
@@ -67,3 +68,12 @@ def test_kernel_isa_is_what_each_native_build_was_compiled_for(builds):
     expected = ("AVX-512 VNNI" if {"avx512f", "avx512_vnni"} <= flags else "AVX-512" if "avx512f" in flags
                 else "AVX2")
     assert {name: kernel_isa(b) for name, b in builds.items()} == {"stock": expected, "patched": expected}
+
+
+def test_an_amd_cpu_is_named_with_its_family():
+    """A VM's "AMD EPYC" does not tell Zen 4 (family 25) from Zen 5 (26): reports name the family."""
+    from awq2gguf.host import CpuInfo
+
+    flags = frozenset({"avx2", "avx512f", "avx512bw"})
+    assert CpuInfo("AuthenticAMD", "AMD EPYC", flags, 3.0, 26).describe().startswith("AMD EPYC (family 26), ")
+    assert "family" not in CpuInfo("GenuineIntel", "Intel Xeon", flags, 3.0, 6).describe()

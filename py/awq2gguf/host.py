@@ -28,6 +28,7 @@ class CpuInfo:
     model: str
     flags: frozenset[str]
     ghz: float
+    family: int = 0  # cpuid's family on x86 (AMD: 25 Zen 3 and Zen 4, 26 Zen 5), 0 where none is given
 
     @property
     def simd(self) -> str:
@@ -47,7 +48,9 @@ class CpuInfo:
         return bool(self.flags & {"avx512_bf16", "amx_bf16", "bf16"})
 
     def describe(self) -> str:
-        return f"{self.model or self.vendor or 'unknown CPU'}, {physical_cores()} cores, {self.simd}"
+        # An AMD model name ("AMD EPYC" in a VM) does not tell Zen 4 from Zen 5; the family does.
+        family = f" (family {self.family})" if self.vendor == "AuthenticAMD" and self.family else ""
+        return f"{self.model or self.vendor or 'unknown CPU'}{family}, {physical_cores()} cores, {self.simd}"
 
 
 # The arithmetic of a job's big matrix products (AWQ's search, compensated rounding and block
@@ -71,10 +74,12 @@ def cpu_info() -> CpuInfo:
         key = key.strip()
         if key == "cpu MHz":
             mhz = max(mhz, float(value))
-        elif key in ("vendor_id", "model name", "flags", "Features"):
+        elif key in ("vendor_id", "model name", "flags", "Features", "cpu family"):
             fields.setdefault(key, value.strip())
     max_freq = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")
     if max_freq.is_file():
         mhz = int(max_freq.read_text()) / 1000
     flags = fields.get("flags") or fields.get("Features", "")
-    return CpuInfo(fields.get("vendor_id", ""), fields.get("model name", ""), frozenset(flags.split()), mhz / 1000)
+    family = fields.get("cpu family", "0")
+    return CpuInfo(fields.get("vendor_id", ""), fields.get("model name", ""), frozenset(flags.split()), mhz / 1000,
+                   int(family) if family.isdigit() else 0)

@@ -65,12 +65,14 @@ class Int8Peak:
         return self.ops_per_cycle_per_core * self.ghz * self.cores
 
 
-def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, str]:
+def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str, family: int = 0) -> tuple[int, str]:
     """Peak int8 multiply-add operations (x2) per cycle per core, and the reasoning behind it."""
     if arch in ("x86_64", "AMD64"):
         if "avx512_vnni" in flags:
+            if vendor == "AuthenticAMD" and family >= 26:
+                return 256, "AVX-512 VNNI on AMD Zen 5: two 512-bit VPDPBUSD (64 MACs each) per cycle"
             if vendor == "AuthenticAMD":
-                return 128, "AVX-512 VNNI on AMD Zen 4: one 512-bit VPDPBUSD (64 MACs) per cycle (Zen 5: two)"
+                return 128, "AVX-512 VNNI on AMD Zen 4: one 512-bit VPDPBUSD (64 MACs) per cycle"
             return 256, "AVX-512 VNNI: two 512-bit VPDPBUSD (64 MACs each) per cycle"
         if "avx_vnni" in flags:
             return 128, "AVX-VNNI: two 256-bit VPDPBUSD (32 MACs each) per cycle"
@@ -88,7 +90,7 @@ def int8_ops_per_cycle(vendor: str, flags: set[str], arch: str) -> tuple[int, st
 
 def int8_peak(threads: int, ops_per_cycle: int | None = None, ghz: float | None = None) -> Int8Peak:
     cpu = cpu_info()
-    detected_ops, basis = int8_ops_per_cycle(cpu.vendor, cpu.flags, platform.machine())
+    detected_ops, basis = int8_ops_per_cycle(cpu.vendor, cpu.flags, platform.machine(), cpu.family)
     if ops_per_cycle:
         basis = "given on the command line"
     return Int8Peak(ops_per_cycle or detected_ops, ghz or cpu.ghz, min(threads, physical_cores()), basis)
