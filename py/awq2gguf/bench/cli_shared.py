@@ -66,8 +66,8 @@ BUILDS = click.option("--builds", "build_names", default="stock,patched", show_d
                       callback=parse_builds(BUILD_NAMES),
                       help="Comma-separated builds to compare; ratios are against the first.")
 PEER_HELP = ("ik and ik-rtr are the peer ik_llama.cpp (`make ik-build IK_SRC=DIR`) as it is and with its run-time "
-             "repack (-rtr 1); it runs the file the patched build makes.")
-# decode, prefill and roofline (BUILDS_WITH_PEER) and eval (RUN_BUILD) also run the peer.
+             "repack (-rtr); it runs the file the patched build makes.")
+# decode, prefill, batched and roofline (BUILDS_WITH_PEER) and eval (RUN_BUILD) also run the peer.
 RUN_BUILD = click.option("--build", "build_name", type=click.Choice(BENCH_BUILD_NAMES), default="patched",
                          show_default=True, help="Build that runs every model. " + PEER_HELP)
 BUILDS_WITH_PEER = click.option("--builds", "build_names", default="stock,patched", show_default=True,
