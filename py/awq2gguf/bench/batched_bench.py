@@ -25,8 +25,8 @@ def parse_decode_tps(text: str, streams: int) -> float:
 def run_batched_bench(build: Build, model: Path, threads: int, n_prompt: int, n_gen: int, streams: int) -> Run:
     """`llama-batched-bench` with `streams` sequences of n_prompt prompt tokens each, then n_gen decode
     steps of one token per stream, in the build's mode."""
-    ctx = streams * (n_prompt + n_gen) + 64
-    cmd = [str(build.tool("llama-batched-bench")), *build.mode_args("llama-batched-bench"), "-m", str(model), "-t", str(threads),
-           "-c", str(ctx), "-npp", str(n_prompt), "-ntg", str(n_gen), "-npl", str(streams)]
+    ctx = streams * (n_prompt + n_gen) + 64  # every stream's tokens, and the tool's 16-token warm-up
+    cmd = [str(build.tool("llama-batched-bench")), *build.mode_args("llama-batched-bench"), "-m", str(model),
+           "-t", str(threads), "-c", str(ctx), "-npp", str(n_prompt), "-ntg", str(n_gen), "-npl", str(streams)]
     proc, peak_rss = measured(build, cmd, "llama-batched-bench", model)
     return Run(parse_decode_tps(proc.stdout + proc.stderr, streams), peak_rss)

@@ -80,9 +80,11 @@ def batched(threads, model, shape, qtype, build_names, streams, reps, n_prompt, 
                 runs, interrupted = run_interleaved(functools.partial(run_batched_bench, streams=n), builds, models,
                                                     threads, n_prompt, n_gen, reps, on_run=advance)
                 done_reps = min(done_reps, len(runs[0].runs))
-                rows += [{"build": r.build, "model": str(r.model), "streams": n, "tokens_per_s": r.summary()["tokens_per_s"],
-                          "peak_rss_mib": r.summary()["peak_rss_mib"],
-                          "ratio": paired_ratios(r, runs[0]) if r is not runs[0] else None} for r in runs]
+                for r in runs:
+                    summary = r.summary()
+                    rows.append({"build": r.build, "model": str(r.model), "streams": n,
+                                 "tokens_per_s": summary["tokens_per_s"], "peak_rss_mib": summary["peak_rss_mib"],
+                                 "ratio": paired_ratios(r, runs[0]) if r is not runs[0] else None})
                 if interrupted:
                     break
     except KeyboardInterrupt:
