@@ -213,3 +213,5 @@ def test_soak_summary_windows_and_rss_growth():
     assert (s["requests"], s["errors"], s["wall_s"]) == (10, 1, 10)
     # warm-up ends with the first request (t = 1): RSS 200 there, 210 at most after
     assert s["rss_growth"] == pytest.approx(0.05) and s["rss_warm_mib"] == 200 / 2**20
+    # the second half starts at the fifth request's end (t = 5): RSS 210 there, nothing larger after
+    assert s["rss_growth_late"] == 0

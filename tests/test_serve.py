@@ -1,5 +1,6 @@
 """awq2gguf-serve driven as its users would: the OpenAI client, concurrent clients, a browser."""
 
+import json
 import shutil
 import signal
 import time
@@ -126,11 +127,24 @@ def test_without_the_page_the_api_is_served_alone(short_server):
     assert httpx.get(f"{short_server.url}/v1/models", timeout=30).json()["data"][0]["object"] == "model"
 
 
+def _with_lone_surrogates(value):
+    """Every string in a request body with a lone UTF-16 surrogate added: valid JSON ("\\ud800"), not
+    text (no UTF-8 for it)."""
+    if isinstance(value, str):
+        return value + "\ud800"
+    if isinstance(value, list):
+        return [_with_lone_surrogates(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _with_lone_surrogates(v) for k, v in value.items()}
+    return value
+
+
 @pytest.mark.parametrize("mode", list(schemathesis.GenerationMode), ids=lambda m: m.value)
 def test_requests_generated_from_the_openapi_schema_never_get_a_5xx(short_server, mode):
     """Every operation of the server's OpenAPI schema, with bodies that fit it (positive) or break it
-    (negative: wrong types, missing fields, values out of range): a client's request never makes the
-    server fail. Bounded: 25 requests per operation and mode, not shrunk."""
+    (negative: wrong types, missing fields, values out of range), each sent again with lone surrogates
+    in its strings: a client's request never makes the server fail. Bounded: 25 requests per operation
+    and mode, not shrunk."""
     schema = schemathesis.openapi.from_url(f"{short_server.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {"/v1/completions", "/v1/chat/completions"} <= {op.path for op in operations}
@@ -143,12 +157,18 @@ def test_requests_generated_from_the_openapi_schema_never_get_a_5xx(short_server
             response = case.call(base_url=short_server.url, timeout=120)
             assert response.status_code < 500, (f"{case.method} {case.path} {case.body!r} -> "
                                                 f"{response.status_code} {response.text[:300]}")
+            if case.method == "POST" and isinstance(case.body, (dict, list)):
+                body = json.dumps(_with_lone_surrogates(case.body))  # ASCII JSON: "\\ud800" escapes
+                response = httpx.post(f"{short_server.url}{case.path}", content=body, timeout=120,
+                                      headers={"content-type": "application/json"})
+                assert response.status_code < 500, (f"{case.path} {body[:300]} -> {response.status_code} "
+                                                    f"{response.text[:300]}")
         try:
             check()
         except AssertionError as e:
             failures.append(str(e).splitlines()[0])
-        except hypothesis.errors.Unsatisfiable:  # nothing to break (GET /v1/models has no parameters)
-            assert mode == schemathesis.GenerationMode.NEGATIVE and operation.path == "/v1/models"
+        except hypothesis.errors.Unsatisfiable:  # nothing to break (GET /v1/models and /metrics take no parameters)
+            assert mode == schemathesis.GenerationMode.NEGATIVE and operation.path in {"/v1/models", "/metrics"}
     assert not failures, "\n".join(failures)
 
 
@@ -165,7 +185,21 @@ MALFORMED = [
     ("/v1/chat/completions", {"messages": "Hi"}, "invalid request: body.messages: Input should be a valid list"),
     ("/v1/chat/completions", {"messages": []}, "invalid request: body.messages: List should have at least 1 item"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, "invalid request: body.messages.0"),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {"99999999": 5}},
+     "invalid request: body.logit_bias: Value error, '99999999' is not a token id of this model (0 to 49151)"),
+    ("/v1/completions", {"prompt": "Hi", "logit_bias": {"5": 101}}, "invalid request: body.logit_bias.5"),
 ]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/completions", b'{"prompt": "Hi \\ud800 there"}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "Hi \\udfff"}]}'),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "Hi"}], "stop": ["\\ud83d"]}'),
+])
+def test_a_lone_utf16_surrogate_gets_400_saying_so(short_server, path, body):
+    r = httpx.post(f"{short_server.url}{path}", content=body, headers={"content-type": "application/json"}, timeout=120)
+    assert r.status_code == 400 and "lone UTF-16 surrogate" in r.json()["error"]["message"], r.text[:300]
+    assert "\\ud" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path, body, message", MALFORMED, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(MALFORMED)])

@@ -1,10 +1,18 @@
 """`bench serve`: awq2gguf-serve under 1, 2, 4 ... concurrent streaming clients, servers (a build and
-its --parallel) interleaved.
+its --parallel, prompt cache and speculation) interleaved.
 
 Each client sends its requests one after another, each a streamed completion of a prompt no other
 request starts with (llama-server reuses a slot's cached prefix, which would skip the prefill) and
 exactly n_gen tokens (ignore_eos holds off end-of-generation). Measured per level: requests/s over
 the level's wall time, and time to first token (queueing and prefill) per request.
+
+A chat run instead holds several conversations of many turns, one turn at a time in turn: more
+conversations than slots, so a turn finds its history in its slot only through the prompt cache.
+Measured: each turn's time to first token and the prompt tokens llama-server evaluated.
+
+A speculation run sends one stream of greedy chat requests of two kinds, code edits (the answer
+rewrites a given function) and questions: decode tokens/s and the share of drafted tokens accepted,
+as llama-server times them, and whether each answer is the first server's.
 
 A soak run instead sends many requests from one count of clients to one server per build, and
 records each request's end (or its error) and the server's RSS every half second: requests/s over
@@ -16,17 +24,20 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from contextlib import contextmanager
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import openai
 import psutil
 
 from ..builds import Build
 from ..proc_io import tail
+from ..serve.options import DEFAULT_PROMPT_CACHE_MIB
+from ..serve.process import Served, served
 from . import BenchError
-from ..serve.process import served
+from .serve_prompts import CHAT_OPENERS, FOLLOW_UPS, SPECULATION_PROMPTS
 
 FILLER = ("the quick brown fox jumps over the lazy dog while a small bird sings in the old tree by the river "
           "and children play in the warm sun of a long summer afternoon").split()
@@ -68,36 +79,136 @@ def load_level(url: str, clients: int, requests_per_client: int, prompt_words: i
             "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts)}
 
 
-def server_label(build: Build, parallel: int) -> str:
-    return f"{build.name}, {parallel} at once"
+class Server(NamedTuple):
+    """One awq2gguf-serve configuration measured: a build and the options that change its speed."""
+    build: Build
+    parallel: int
+    prompt_cache_mib: int
+    spec: str = "none"
+    draft: Path | None = None
+
+    def label(self) -> str:
+        """Build and --parallel, then whatever is not awq2gguf-serve's default."""
+        return ", ".join([self.build.name, f"{self.parallel} at once",
+                          *([f"prompt cache {self.prompt_cache_mib} MiB"]
+                            if self.prompt_cache_mib != DEFAULT_PROMPT_CACHE_MIB else []),
+                          *([f"spec {self.spec}"] if self.spec != "none" else []),
+                          *([f"draft {self.draft.name}"] if self.draft else [])])
 
 
-def bench_served(model: Path, build: Build, threads: int, parallel: int, queue: int):
+def bench_served(model: Path, server: Server, threads: int, queue: int):
     """awq2gguf-serve as the benchmarks run it: the API alone (the chat page is not what they measure)."""
-    return served(model, build.name, threads, "--parallel", str(parallel), "--queue", str(queue), "--no-page")
+    return served(model, server.build.name, threads, "--parallel", str(server.parallel), "--queue", str(queue),
+                  "--no-page", "--prompt-cache", str(server.prompt_cache_mib), "--spec", server.spec,
+                  *(["--draft", str(server.draft)] if server.draft else []))
 
 
-def run_serve_bench(servers: list[tuple[Build, int]], model: Path, threads: int, levels: tuple[int, ...], reps: int,
-                    requests_per_client: int, prompt_words: int, n_gen: int,
-                    on_level: Callable[[], None] = lambda: None) -> dict[str, list[list[dict]]]:
-    """{server label: [one list of level results per repetition]} for each (build, --parallel), in
-    ABBA order; each repetition starts each server afresh. Prompts never repeat within a server's life."""
-    out = {server_label(*s): [] for s in servers}
+def on_servers(servers: list[Server], reps: int, model: Path, threads: int, queue: int,
+               measure: Callable[[Served], object]) -> dict[str, list]:
+    """{server label: [measure(server) per repetition]}, the servers in ABBA order, each repetition on
+    a fresh server."""
+    runs = {s.label(): [] for s in servers}
     for rep in range(reps):
-        for build, parallel in servers if rep % 2 == 0 else servers[::-1]:
-            with bench_served(model, build, threads, parallel, max(parallel, *levels)) as server:
-                results, first_id = [], 0
-                for clients in levels:
-                    try:
-                        results.append(load_level(server.url, clients, requests_per_client, prompt_words, n_gen,
-                                                  first_id))
-                    except openai.OpenAIError as e:
-                        raise BenchError(f"a request to {server_label(build, parallel)} at {clients} clients failed: "
-                                         f"{e}; the server's last lines:\n{tail(server.output())}") from None
-                    first_id += clients * requests_per_client
-                    on_level()
-            out[server_label(build, parallel)].append(results)
+        for spec in servers if rep % 2 == 0 else servers[::-1]:
+            with bench_served(model, spec, threads, queue) as server:
+                runs[spec.label()].append(measure(server))
+    return runs
+
+
+def load_levels(server: Served, levels: tuple[int, ...], requests_per_client: int, prompt_words: int, n_gen: int,
+                on_level: Callable[[], None]) -> list[dict]:
+    """Each client count in turn; prompts never repeat within a server's life."""
+    results, first_id = [], 0
+    for clients in levels:
+        with _failing_as_bench_error(server, f"{clients} clients"):
+            results.append(load_level(server.url, clients, requests_per_client, prompt_words, n_gen, first_id))
+        first_id += clients * requests_per_client
+        on_level()
+    return results
+
+
+@contextmanager
+def _failing_as_bench_error(server, what: str):
+    try:
+        yield
+    except openai.OpenAIError as e:
+        raise BenchError(f"a request at {what} failed: {e}; the server's last lines:\n"
+                         f"{tail(server.output())}") from None
+
+
+def _timed_chat(api: openai.OpenAI, messages: list[dict], max_tokens: int) -> tuple[str, dict, float]:
+    """A greedy chat completion, streamed: (answer, llama-server's timings, time to first token in s)."""
+    start, ttft, parts, timings = time.perf_counter(), None, [], {}
+    stream = api.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
+                                         stream=True)
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            ttft = ttft or time.perf_counter() - start
+            parts.append(chunk.choices[0].delta.content)
+        timings = (chunk.model_extra or {}).get("timings", timings)
+    return "".join(parts), timings, ttft or time.perf_counter() - start
+
+
+def chat_turns(server: Served, conversations: int, turns: int, max_tokens: int,
+               on_turn: Callable[[], None]) -> list[dict]:
+    """`conversations` chats of `turns` turns, their turns taken in turn (all first turns, then all
+    second ...). Each turn: conversation, turn, time to first token, prompt tokens evaluated, prompt
+    tokens restored from a cache."""
+    api, histories, out = _api(server.url), [[] for _ in range(conversations)], []
+    for turn in range(turns):
+        for c, history in enumerate(histories):
+            history.append({"role": "user", "content": f"{CHAT_OPENERS[c % len(CHAT_OPENERS)]} (conversation {c})"
+                            if turn == 0 else FOLLOW_UPS[turn % len(FOLLOW_UPS)]})
+            with _failing_as_bench_error(server, f"turn {turn + 1} of conversation {c}"):
+                answer, timings, ttft = _timed_chat(api, history, max_tokens)
+            history.append({"role": "assistant", "content": answer})
+            out.append({"conversation": c, "turn": turn + 1, "ttft_ms": 1000 * ttft,
+                        "prompt_n": timings.get("prompt_n"), "cache_n": timings.get("cache_n")})
+            on_turn()
     return out
+
+
+def speculation_run(server: Served, max_tokens: int, on_request: Callable[[], None]) -> dict[str, list[dict]]:
+    """Each prompt of each kind once, greedy: {kind: [{answer, timings}]}."""
+    api = _api(server.url)
+    out = {}
+    for kind, prompts in SPECULATION_PROMPTS.items():
+        out[kind] = []
+        for text in prompts:
+            with _failing_as_bench_error(server, f"a {kind} prompt"):
+                answer, timings, _ = _timed_chat(api, [{"role": "user", "content": text}], max_tokens)
+            out[kind].append({"answer": answer, "timings": timings})
+            on_request()
+    return out
+
+
+def summarise_speculation(runs: dict[str, list[dict]], plain_of: dict[str, str]) -> list[dict]:
+    """One row per server and prompt kind: decode tokens/s (the medians over repetitions of all answers'
+    tokens over their decode time), its ratio to the first server's, paired per repetition, the
+    share of drafted tokens accepted, and how many answers differ from those of `plain_of[server]`
+    (the same build without speculation) in the same repetition."""
+    base = next(iter(runs))
+    rows = []
+    for label, reps in runs.items():
+        for kind in SPECULATION_PROMPTS:
+            speeds = [_decode_speed(rep[kind]) for rep in reps]
+            ratios = [s / _decode_speed(b[kind]) for s, b in zip(speeds, runs[base])]
+            drafted = sum(a["timings"].get("draft_n", 0) for rep in reps for a in rep[kind])
+            accepted = sum(a["timings"].get("draft_n_accepted", 0) for rep in reps for a in rep[kind])
+            differ = sum(a["answer"] != b["answer"] for rep, plain in zip(reps, runs[plain_of[label]])
+                         for a, b in zip(rep[kind], plain[kind]))
+            rows.append({"build": label, "prompts": kind, "answers": len(reps[0][kind]),
+                         "tokens": sum(a["timings"]["predicted_n"] for a in reps[0][kind]),
+                         "decode_tokens_per_s": statistics.median(speeds),
+                         "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+                         "drafted": drafted, "acceptance": accepted / drafted if drafted else None,
+                         "answers_differing": differ})
+    return rows
+
+
+def _decode_speed(answers: list[dict]) -> float:
+    return (sum(a["timings"]["predicted_n"] for a in answers) /
+            sum(a["timings"]["predicted_ms"] for a in answers) * 1000)
 
 
 def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> list[dict]:
@@ -158,7 +269,8 @@ def soak(url: str, pid: int, clients: int, requests: int, prompt_words: int, n_g
 
 def summarise_soak(run: dict, windows: int, warm_up: float) -> dict:
     """Requests/s in `windows` equal spans of the run, and the server's RSS growth from the end of the
-    warm-up (the first `warm_up` share of the requests) to the largest RSS after it."""
+    warm-up (the first `warm_up` share of the requests) to the largest RSS after it, and over the
+    second half of the requests (once bounded caches have filled, a leak's mark)."""
     ends, rss = run["ends_s"], run["rss"]
     wall = ends[-1]
     edges = [wall * k / windows for k in range(windows + 1)]
@@ -166,7 +278,8 @@ def summarise_soak(run: dict, windows: int, warm_up: float) -> dict:
     warm_s = ends[max(0, int(len(ends) * warm_up) - 1)]
     after = [b for t, b in rss if t >= warm_s] or [rss[-1][1]]
     at_warm = after[0]
+    late = [b for t, b in rss if t >= ends[len(ends) // 2 - 1]] or [rss[-1][1]]
     return {"requests": len(ends), "errors": len(run["errors"]), "wall_s": wall,
             "requests_per_s": len(ends) / wall, "requests_per_s_windows": per_window,
             "rss_warm_mib": at_warm / 2**20, "rss_max_mib": max(after) / 2**20,
-            "rss_growth": max(after) / at_warm - 1}
+            "rss_growth": max(after) / at_warm - 1, "rss_growth_late": max(late) / late[0] - 1}

@@ -8,17 +8,19 @@ import secrets
 import httpx
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from .engine import EngineAPI
+from .engine import EngineAPI, error_message
 from .limits import Admission, Limits, OpenAIError
+from .metrics import FrontMetrics
 from .options import ServeOptions
 from .bodies import request_models
 
 PAGE_PATH = "/chat"
 API_PREFIX = "/v1/"
+METRICS_PATH = "/metrics"
 
 
 def _validation_error(_request, error: RequestValidationError) -> JSONResponse:
@@ -39,17 +41,30 @@ def _http_error(_request, error: HTTPException) -> JSONResponse:
 
 
 class _Gate:
-    """Before the API's routes: the API key (401), and a body no longer than the limits allow (413)."""
+    """Before the API's routes and the metrics: the API key (401), and a body no longer than the limits
+    allow (413). Every answer is counted in the metrics."""
 
-    def __init__(self, app, api_key: str | None, max_body_bytes: int):
-        self.app, self.max_body_bytes = app, max_body_bytes
+    def __init__(self, app, api_key: str | None, max_body_bytes: int, metrics: FrontMetrics):
+        self.app, self.max_body_bytes, self.metrics = app, max_body_bytes, metrics
         self.authorization = f"Bearer {api_key}".encode() if api_key else None
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+
+        async def counted(message):
+            if message["type"] == "http.response.start":
+                self.metrics.answered(scope["path"], message["status"])
+            await send(message)
+
+        await self._gated(scope, receive, counted)
+
+    async def _gated(self, scope, receive, send):
+        if not (scope["path"].startswith(API_PREFIX) or scope["path"] == METRICS_PATH):
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         if self.authorization and not secrets.compare_digest(headers.get(b"authorization", b""), self.authorization):
+            self.metrics.key_failures.inc()
             return await OpenAIError(401, "this server needs its API key: Authorization: Bearer KEY",
                                      "invalid_api_key").response()(scope, receive, send)
         length = headers.get(b"content-length", b"0")
@@ -114,6 +129,25 @@ class _Relay(StreamingResponse):
             await self.upstream.aclose()
 
 
+def as_llama_server_takes(path: str, body: dict, takes_tools: bool) -> dict:
+    """The request as llama-server serves it as OpenAI would; 400 for what it would ignore or answer in
+    another shape. A named tool_choice (which llama-server reads as "auto") becomes "required" with
+    that tool alone."""
+    if path == "/v1/completions" and body.get("logprobs") is not None:
+        raise OpenAIError(400, "logprobs are served on /v1/chat/completions (logprobs, top_logprobs), not on "
+                               "/v1/completions, where llama-server does not give OpenAI's shape", "unsupported")
+    if body.get("tools") and not takes_tools:
+        raise OpenAIError(400, "this model's chat template takes no tools", "unsupported")
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict):
+        name = choice["function"]["name"]
+        named = [t for t in body.get("tools", []) if t["function"]["name"] == name]
+        if not named:
+            raise OpenAIError(400, f"tool_choice names {name!r}, which is not among the tools", "invalid_request")
+        body = {**body, "tools": named, "tool_choice": "required"}
+    return body
+
+
 def create_app(opts: ServeOptions, engine: EngineAPI):
     limits: Limits = opts.limits
     admission = Admission(limits.queue)
@@ -121,10 +155,10 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
                   exception_handlers={RequestValidationError: _validation_error, HTTPException: _http_error,
                                       OpenAIError: lambda _request, e: e.response()})
 
-    CompletionRequest, ChatRequest = request_models(limits.max_tokens)
+    CompletionRequest, ChatRequest = request_models(limits.max_tokens, engine.n_vocab)
 
     async def generate(path: str, request: BaseModel) -> Response:
-        body = request.model_dump(exclude_none=True)
+        body = as_llama_server_takes(path, request.model_dump(exclude_none=True, by_alias=True), engine.takes_tools)
         body["model"] = opts.alias
         body.setdefault("max_tokens", limits.max_tokens)
         if refusal := limits.max_tokens_refusal(body["max_tokens"]):
@@ -144,6 +178,11 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
         finally:
             await upstream.aclose()
             release()
+        if upstream.status_code == 500 and engine.failure is None:
+            # llama-server's 500 is an exception its handler met in this request (a tool's schema it
+            # cannot compile, a message it cannot template): the request's, with llama-server's reason
+            raise OpenAIError(400, f"llama-server cannot serve this request: {error_message(upstream)}",
+                              "invalid_request")
         return Response(content, upstream.status_code, media_type=upstream.headers.get("content-type"))
 
     @app.post("/v1/completions")
@@ -159,9 +198,16 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
         return {"object": "list", "data": [{"id": opts.alias, "object": "model", "owned_by": "awq2gguf",
                                             "created": int(opts.model.stat().st_mtime)}]}
 
+    front_metrics = FrontMetrics(admission, {route.path for route in app.routes} | {METRICS_PATH, PAGE_PATH})
+
+    @app.get(METRICS_PATH, response_class=PlainTextResponse)
+    async def metrics() -> str:
+        """Prometheus metrics: llama-server's own (llamacpp:*), then this server's (awq2gguf_*)."""
+        return (await engine.metrics()) + front_metrics.text()
+
     if opts.page:
         from . import page  # gradio is heavy: imported once the engine has loaded the model, and only for the page
 
         app = page.mount(app, opts, engine, admission, PAGE_PATH)
         app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
-    return _Gate(app, opts.api_key, limits.max_body_bytes)
+    return _Gate(app, opts.api_key, limits.max_body_bytes, front_metrics)

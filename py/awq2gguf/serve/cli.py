@@ -14,7 +14,7 @@ from ..builds import BUILD_NAMES
 from ..cli_options import RPC, THREADS
 from ..proc_io import Command
 from .limits import Limits
-from .options import ServeOptions
+from .options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION, ServeOptions
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PARALLEL = 4  # measured in bench/results/README.md: batching 4 answers multiplies decode tokens/s
@@ -28,7 +28,9 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _gguf(_ctx, _param, path: Path) -> Path:
+def _gguf(_ctx, _param, path: Path | None) -> Path | None:
+    if path is None:
+        return None
     with open(path, "rb") as f:
         if f.read(4) != b"GGUF":
             raise click.BadParameter(f"{path} is not a GGUF file")
@@ -56,14 +58,26 @@ def _gguf(_ctx, _param, path: Path) -> Path:
                    "Each holds a whole --ctx of KV cache.")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
               help="Generation requests running or waiting at once; more get 503.")
+@click.option("--prompt-cache", "prompt_cache_mib", type=click.IntRange(min=0), default=DEFAULT_PROMPT_CACHE_MIB,
+              show_default=True, metavar="MIB",
+              help="Host memory for the KV of finished prompts: a request that starts with one (the next turn of a "
+                   "chat, a shared system prompt) skips its prefill even after its slot served others. The oldest "
+                   "go first when full; 0: none (a slot still reuses its own last prompt).")
+@click.option("--spec", type=click.Choice(list(SPECULATION)), default="none", show_default=True,
+              help="Speculative decoding without a draft model: ngram drafts the tokens that followed the last few "
+                   "in the request's own text, and the model verifies them in one pass: answers that repeat their "
+                   "input (code edits, quotes) come faster; on the patched build greedy answers stay the same.")
+@click.option("--draft", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf,
+              help="A small GGUF with the model's vocabulary that drafts tokens for the model to verify (for example "
+                   "the same checkpoint with blocks dropped: awq2gguf MODEL_DIR draft.gguf --drop-blocks N).")
 @RPC
 @click.option("--page/--no-page", default=True, show_default=True,
               help="The chat page at /chat. --no-page serves the API alone and never loads gradio.")
 @click.option("--shutdown-timeout", type=click.FloatRange(min=0), default=30, show_default=True,
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")
-def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue, rpc,
-         page, shutdown_timeout):
+def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue,
+         prompt_cache_mib, spec, draft, rpc, page, shutdown_timeout):
     """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat (unless --no-page).
 
     The build's llama-server runs the model, decoding up to --parallel answers together (the
@@ -92,7 +106,7 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     from .engine import running_engine
 
     opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key,
-                        rpc, page)
+                        rpc, page, prompt_cache_mib, spec, draft)
     with running_engine(opts) as engine:
         app = create_app(opts, engine)
         shown = f"[{host}]" if ":" in host else host

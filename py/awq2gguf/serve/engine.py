@@ -16,6 +16,7 @@ import signal
 import subprocess
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 from typing import AsyncIterator, Callable
 
 import httpx
@@ -24,7 +25,7 @@ from ..builds import get_build
 from ..proc_io import Awq2ggufError, tool_failure
 from ..rpc import check_reachable
 from .limits import OpenAIError
-from .options import ServeOptions
+from .options import SPECULATION, ServeOptions
 from .process import free_port, stop, wait_until_answering
 
 LOG_LINES = 40  # the engine's last log lines, quoted if it fails
@@ -43,21 +44,37 @@ def _engine_child() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def speculation_args(opts: ServeOptions) -> list[str]:
+    """llama-server's options for --spec and --draft (both: the n-gram drafts first, the draft model
+    where they find none)."""
+    ngram = SPECULATION[opts.spec]
+    types = [t for t in (ngram.spec_type, "draft-simple" if opts.draft else None) if t]
+    if not types:
+        return []
+    draft = ["--model-draft", str(opts.draft), "--threads-draft", str(opts.threads),
+             "--threads-batch-draft", str(opts.threads)] if opts.draft else []
+    return ["--spec-type", ",".join(types), *ngram.args, *draft]
+
+
+def engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
+    return [str(server), "--model", str(opts.model), "--alias", opts.alias,
+            "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
+            # every slot holds a whole request's context
+            "--parallel", str(opts.parallel), "--ctx-size", str(opts.ctx * opts.parallel),
+            "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
+            "--n-predict", str(opts.limits.max_tokens), "--no-webui", "--no-slots", "--metrics",
+            # finished prompts' KV kept in host memory, at most this many MiB
+            "--cache-ram", str(opts.prompt_cache_mib),
+            *speculation_args(opts), *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
+
+
 @contextmanager
 def running_engine(opts: ServeOptions, timeout: float = 600):
     """Yields an EngineAPI once llama-server has loaded the model; stops it on exit."""
     build = get_build(opts.build)
     check_reachable(opts.rpc)
     port, key = free_port(), secrets.token_hex(16)
-    cmd = [str(build.tool("llama-server")), "--model", str(opts.model), "--alias", opts.alias,
-           "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
-           # every slot holds a whole request's context
-           "--parallel", str(opts.parallel), "--ctx-size", str(opts.ctx * opts.parallel),
-           "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
-           "--n-predict", str(opts.limits.max_tokens), "--no-webui", "--no-slots",
-           # no host-memory copy of finished prompts' KV: by default it grows to 8 GiB (a slot still
-           # reuses the prefix of its own last prompt)
-           "--cache-ram", "0", *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
+    cmd = engine_command(build.tool("llama-server"), opts, port, key)
     # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace
     proc = subprocess.Popen(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
@@ -75,7 +92,7 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
     try:
         wait_until_answering(proc, f"{url}/health", f"llama-server ({opts.build} build) on {opts.model.name}", output,
                              EngineFailed, timeout)  # 503 while loading
-        engine = EngineAPI(url, key)
+        engine = EngineAPI(url, key, *_model_facts(url, key))
 
         def watch():
             """An engine that exits on its own (an rpc-server gone, killed for memory) cannot be
@@ -93,11 +110,18 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
         stop(proc)
 
 
+def _model_facts(url: str, key: str) -> tuple[int, bool]:
+    """(the model's vocabulary size, whether its chat template takes tools), as llama-server read them."""
+    def get(path: str) -> dict:
+        return httpx.get(f"{url}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
+    return get("/v1/models")["data"][0]["meta"]["n_vocab"], get("/props")["chat_template_caps"]["supports_tools"]
+
+
 class EngineAPI:
     """Calls to llama-server. Its HTTP client is made on first use, inside the server's event loop."""
 
-    def __init__(self, url: str, key: str):
-        self.url, self.key = url, key
+    def __init__(self, url: str, key: str, n_vocab: int, takes_tools: bool):
+        self.url, self.key, self.n_vocab, self.takes_tools = url, key, n_vocab, takes_tools
         self._client: httpx.AsyncClient | None = None
         self.failure: EngineFailed | None = None  # why llama-server exited while serving
         self.on_failure: Callable[[], None] = lambda: None  # called from another thread when it does
@@ -118,7 +142,7 @@ class EngineAPI:
         # Any refusal is the request's: llama-server answers 500 to some messages it cannot template
         # (a tool call without a type), found by the generated requests.
         if r.status_code != 200:
-            raise OpenAIError(400, f"the prompt cannot be made of this request: {_message(r)}", "invalid_request")
+            raise OpenAIError(400, f"the prompt cannot be made of this request: {error_message(r)}", "invalid_request")
         return r.json()
 
     async def prompt_tokens(self, path: str, body: dict) -> int:
@@ -135,10 +159,25 @@ class EngineAPI:
         """llama-server's response, its body not read yet (the caller streams it, then closes it); 503
         if llama-server does not answer."""
         try:
-            return await self.client.send(self.client.build_request("POST", path, json=body), stream=True)
+            content = json.dumps(body, ensure_ascii=False).encode()
+        except UnicodeEncodeError as e:  # valid JSON ("\\ud800"), not text: no UTF-8 for it
+            raise OpenAIError(400, f"the request holds a lone UTF-16 surrogate ({e.object[e.start:e.end]!a}), "
+                                   "which is not text", "invalid_text") from None
+        try:
+            return await self.client.send(self.client.build_request(
+                "POST", path, content=content, headers={"content-type": "application/json"}), stream=True)
         except httpx.TransportError as e:
             raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
                               "engine_unavailable") from None
+
+    async def metrics(self) -> str:
+        """llama-server's own Prometheus metrics (its slots, tokens, speeds)."""
+        try:
+            r = await self.client.get("/metrics")
+        except httpx.TransportError as e:
+            raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
+                              "engine_unavailable") from None
+        return r.text
 
     async def chat_events(self, body: dict) -> AsyncIterator[dict]:
         """A streamed chat completion's chunks, parsed; OpenAIError if llama-server refuses it."""
@@ -146,7 +185,7 @@ class EngineAPI:
         try:
             if r.status_code != 200:
                 await r.aread()
-                raise OpenAIError(r.status_code, _message(r), "engine_error")
+                raise OpenAIError(r.status_code, error_message(r), "engine_error")
             async for line in r.aiter_lines():
                 if line.startswith("data: ") and line != "data: [DONE]":
                     yield json.loads(line[len("data: "):])
@@ -154,7 +193,8 @@ class EngineAPI:
             await r.aclose()
 
 
-def _message(r: httpx.Response) -> str:
+def error_message(r: httpx.Response) -> str:
+    """llama-server's reason for a refusal, from its OpenAI-shaped error (or its status and text)."""
     try:
         return r.json()["error"]["message"]
     except (ValueError, KeyError, TypeError):

@@ -7,6 +7,25 @@ from pathlib import Path
 
 from .limits import Limits
 
+# Host memory for finished prompts' KV (llama-server's own default, 8 GiB, grew the soak's RSS by half):
+# bench/results/README.md, "Prompt cache".
+DEFAULT_PROMPT_CACHE_MIB = 256
+
+
+@dataclass(frozen=True)
+class Speculation:
+    spec_type: str | None  # llama-server's --spec-type
+    args: tuple[str, ...] = ()
+
+
+# --spec: llama-server's n-gram speculation as awq2gguf-serve offers it: ngram-simple finds the last 4
+# tokens earlier in the request's text and drafts the 16 that followed them (the kind and the lengths
+# chosen by bench serve --speculation: bench/results/README.md, "Speculative decoding").
+SPECULATION = {
+    "none": Speculation(None),
+    "ngram": Speculation("ngram-simple", ("--spec-ngram-simple-size-n", "4", "--spec-ngram-simple-size-m", "16")),
+}
+
 
 @dataclass(frozen=True)
 class ServeOptions:
@@ -19,6 +38,9 @@ class ServeOptions:
     api_key: str | None
     rpc: tuple[str, ...] = ()  # ggml-rpc-servers (HOST:PORT) the model's layers are split over
     page: bool = True  # the chat page; without it gradio is never imported (API only)
+    prompt_cache_mib: int = DEFAULT_PROMPT_CACHE_MIB  # finished prompts' KV, for later prompts that start so
+    spec: str = "none"  # a key of SPECULATION: how llama-server drafts tokens without a draft model
+    draft: Path | None = None  # a small GGUF with the model's vocabulary that drafts tokens for it to verify
 
     @property
     def alias(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,7 +11,10 @@ import click
 
 from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
-from ..serve import bench_served, run_serve_bench, server_label, soak, summarise, summarise_soak
+from ...serve.options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION
+from ..serve import (Server, bench_served, chat_turns, load_levels, on_servers, soak, speculation_run, summarise,
+                     summarise_soak, summarise_speculation)
+from ..serve_prompts import SPECULATION_PROMPTS
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
@@ -21,6 +26,20 @@ def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
     if min(levels) < 1:
         raise click.BadParameter("client counts are 1 or more")
     return levels
+
+
+def _parse_sizes(_ctx, _param, value: str) -> tuple[int, ...]:
+    sizes = comma_ints(value)
+    if min(sizes) < 0:
+        raise click.BadParameter("sizes are 0 or more")
+    return sizes
+
+
+def _parse_specs(_ctx, _param, value: str) -> tuple[str, ...]:
+    specs = tuple(dict.fromkeys(v.strip() for v in value.split(",")))
+    if unknown := [v for v in specs if v not in SPECULATION]:
+        raise click.BadParameter(f"{', '.join(unknown)}: not one of {', '.join(SPECULATION)}")
+    return specs
 
 
 @dataclass(kw_only=True)
@@ -77,6 +96,7 @@ class SoakRow:
     rss_warm_mib: float  # at the end of the warm-up
     rss_max_mib: float   # the largest after it
     rss_growth: float
+    rss_growth_late: float | None = None  # over the second half of the requests (not in reports before 2026-11-29)
 
 
 @report_kinds("serve-soak")
@@ -97,10 +117,110 @@ class SoakReport(Report):
                  f"~{self.prompt_words} words + {self.n_gen} tokens, {self.threads} thread(s); RSS growth from the "
                  f"end of the first {SOAK_WARM_UP:.0%} of the requests to the largest after it")
         headers = ["server", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
-                   "RSS after warm-up MiB", "RSS max MiB", "RSS growth"]
+                   "RSS after warm-up MiB", "RSS max MiB", "RSS growth", "RSS growth, second half"]
         rows = [[r.build, str(r.requests), str(r.errors), f"{r.requests_per_s:.2f}",
                  " ".join(f"{x:.2f}" for x in r.requests_per_s_windows), f"{r.rss_warm_mib:.0f}",
-                 f"{r.rss_max_mib:.0f}", f"{r.rss_growth:+.1%}"] for r in self.rows]
+                 f"{r.rss_max_mib:.0f}", f"{r.rss_growth:+.1%}",
+                 "-" if r.rss_growth_late is None else f"{r.rss_growth_late:+.1%}"] for r in self.rows]
+        return Table(title, headers, rows)
+
+
+@dataclass(kw_only=True)
+class ChatRow:
+    """One server's conversations: first-token time and prompt tokens at the first and the last turn,
+    medians over conversations and repetitions."""
+    build: str  # the server's label
+    conversations: int
+    turns: int
+    ttft_ms_first: float
+    ttft_ms_last: float
+    prompt_tokens_last: float  # evaluated at the last turn
+    cached_tokens_last: float  # restored from the slot or the prompt cache at the last turn
+    ratio_last: dict  # the last turn's first-token time over the first server's, per repetition
+
+
+@report_kinds("serve-chat")
+@dataclass(kw_only=True)
+class ChatReport(Report):
+    threads: int
+    model: str
+    reps: int
+    max_tokens: int
+    rows: list[ChatRow]
+    runs: dict[str, list]  # server -> each repetition's turns
+    ROWS = {"rows": ChatRow}
+
+    def table(self) -> Table:
+        base = self.rows[0].build
+        r0 = self.rows[0]
+        title = (f"awq2gguf-serve, {Path(self.model).name}: {r0.conversations} chats of {r0.turns} turns taken in "
+                 f"turn, answers of up to {self.max_tokens} tokens, {self.threads} thread(s), {self.reps} "
+                 f"interleaved reps, medians over chats and reps")
+        headers = ["server", "first token ms, turn 1", f"first token ms, turn {r0.turns}",
+                   f"prompt tokens evaluated, turn {r0.turns}", f"prompt tokens cached, turn {r0.turns}",
+                   f"turn {r0.turns} first token vs {base}"]
+        rows = [[r.build, f"{r.ttft_ms_first:.0f}", f"{r.ttft_ms_last:.0f}", f"{r.prompt_tokens_last:.0f}",
+                 f"{r.cached_tokens_last:.0f}", "1" if r.build == base else spread(r.ratio_last, ".3f")]
+                for r in self.rows]
+        return Table(title, headers, rows)
+
+
+def summarise_chat(runs: dict[str, list[list[dict]]]) -> list[dict]:
+    base = next(iter(runs))
+    rows = []
+    for label, reps in runs.items():
+        turns = max(t["turn"] for t in reps[0])
+
+        def at(turn, field, of=reps):
+            return [t[field] for rep in of for t in rep if t["turn"] == turn]
+
+        ratios = [statistics.median(at(turns, "ttft_ms", [rep])) / statistics.median(at(turns, "ttft_ms", [b]))
+                  for rep, b in zip(reps, runs[base])]
+        rows.append({"build": label, "conversations": len(at(1, "turn", reps[:1])), "turns": turns,
+                     "ttft_ms_first": statistics.median(at(1, "ttft_ms")),
+                     "ttft_ms_last": statistics.median(at(turns, "ttft_ms")),
+                     "prompt_tokens_last": statistics.median(at(turns, "prompt_n")),
+                     "cached_tokens_last": statistics.median(at(turns, "cache_n")),
+                     "ratio_last": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}})
+    return rows
+
+
+@dataclass(kw_only=True)
+class SpeculationRow:
+    """One server on one kind of prompt: decode speed, drafts accepted, answers unlike the first server's."""
+    build: str  # the server's label
+    prompts: str
+    answers: int
+    tokens: int  # answer tokens of one repetition
+    decode_tokens_per_s: float
+    ratio: dict  # decode tokens/s over the first server's, per repetition
+    drafted: int  # over all repetitions
+    acceptance: float | None  # share of the drafted tokens the model kept
+    answers_differing: int  # from the same build's without speculation, repetition by repetition
+
+
+@report_kinds("serve-spec")
+@dataclass(kw_only=True)
+class SpeculationReport(Report):
+    threads: int
+    model: str
+    reps: int
+    max_tokens: int
+    rows: list[SpeculationRow]
+    runs: dict[str, list]  # server -> each repetition's answers and llama-server's timings
+    ROWS = {"rows": SpeculationRow}
+
+    def table(self) -> Table:
+        base = self.rows[0].build
+        title = (f"awq2gguf-serve, {Path(self.model).name}: one stream of greedy chat requests, answers of up to "
+                 f"{self.max_tokens} tokens, {self.threads} thread(s), {self.reps} interleaved reps; decode speed "
+                 f"as llama-server times it (median)")
+        headers = ["server", "prompts", "answers", "answer tokens", "decode tokens/s", f"vs {base}",
+                   "drafted", "accepted", "answers unlike without speculation"]
+        rows = [[r.build, r.prompts, str(r.answers), str(r.tokens), f"{r.decode_tokens_per_s:.1f}",
+                 "1" if r.build == base else spread(r.ratio, ".3f"), str(r.drafted),
+                 "-" if r.acceptance is None else f"{r.acceptance:.0%}", str(r.answers_differing)]
+                for r in self.rows]
         return Table(title, headers, rows)
 
 
@@ -123,35 +243,71 @@ class SoakReport(Report):
 @click.option("--n-gen", type=click.IntRange(min=1), default=64, show_default=True, help="Tokens per answer.")
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions per build, interleaved ABBA, each on a fresh server.")
+@click.option("--prompt-cache", "caches", default=str(DEFAULT_PROMPT_CACHE_MIB), show_default=True,
+              callback=_parse_sizes, help="awq2gguf-serve's --prompt-cache in MiB, comma-separated: each build is "
+                                          "served with each (0: none).")
+@click.option("--spec", "specs", default="none", show_default=True, callback=_parse_specs,
+              help=f"awq2gguf-serve's --spec, comma-separated ({', '.join(SPECULATION)}): each build is served "
+                   "with each.")
+@click.option("--draft", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Also serve each build with this draft model (awq2gguf-serve --draft).")
+@click.option("--chat", "turns", type=click.IntRange(min=2), metavar="TURNS",
+              help="Instead: the largest --clients count of chats of TURNS turns, taken in turn, on each server: "
+                   "first-token time and prompt tokens evaluated per turn (the prompt cache's use).")
+@click.option("--speculation", is_flag=True,
+              help="Instead: one stream of greedy chat requests, code edits and questions (answers up to --n-gen "
+                   "tokens), on each server: decode tokens/s, drafts accepted, answers compared.")
 @click.option("--soak", "soak_n", type=click.IntRange(min=1), metavar="N",
               help="Instead: N requests from the largest --clients count to each server (a build and its "
                    "--parallel): requests/s over time, errors and the server's RSS growth after warm-up.")
 @JSON
 def serve(threads, model, shape, qtype, build_names, levels, parallels, requests_per_client, prompt_words, n_gen, reps,
-          soak_n, as_json):
+          caches, specs, draft, turns, speculation, soak_n, as_json):
     """awq2gguf-serve under load: requests/s and time to first token at each client count, streamed
     completions through the OpenAI API, builds compared on the same file."""
     busy = check_machine(threads)
     builds = [get_build(n) for n in build_names]
     model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
+    servers = [Server(b, p, c, s) for b, p, c, s in itertools.product(builds, parallels, caches, specs)]
+    servers += [Server(b, p, c, "none", draft) for b, p, c in itertools.product(builds, parallels, caches) if draft]
+    queue = max(max(s.parallel for s in servers), *levels)
+    if turns:
+        conversations = max(levels)
+        with progress("chat turns", reps * len(servers) * conversations * turns) as advance:
+            runs = on_servers(servers, reps, model, threads, queue,
+                              lambda server: chat_turns(server, conversations, turns, n_gen, advance))
+        report = ChatReport(kind="serve-chat", threads=threads, model=str(model), reps=reps, max_tokens=n_gen,
+                            busy_warning=busy, rows=summarise_chat(runs), runs=runs)
+        return finish(report, as_json)
+    if speculation:
+        plain_of = {s.label(): s._replace(spec="none", draft=None).label() for s in servers}
+        if missing := sorted(set(plain_of.values()) - {s.label() for s in servers}):
+            raise click.UsageError(f"--speculation compares each build with itself without speculation: add none to "
+                                   f"--spec (no {missing[0]})")
+        prompts = sum(map(len, SPECULATION_PROMPTS.values()))
+        with progress("speculation requests", reps * len(servers) * prompts) as advance:
+            runs = on_servers(servers, reps, model, threads, queue,
+                              lambda server: speculation_run(server, n_gen, advance))
+        report = SpeculationReport(kind="serve-spec", threads=threads, model=str(model), reps=reps, max_tokens=n_gen,
+                                   busy_warning=busy, rows=summarise_speculation(runs, plain_of), runs=runs)
+        return finish(report, as_json)
     if soak_n:
         # (no more slots than clients: the queue holds one request per client)
-        servers = list(dict.fromkeys((b, min(p, max(levels))) for b in builds for p in parallels))
+        servers = list(dict.fromkeys(s._replace(parallel=min(s.parallel, max(levels))) for s in servers))
         runs = {}
         with progress("soak requests", soak_n * len(servers)) as advance:
-            for build, parallel in servers:
-                with bench_served(model, build, threads, parallel, max(levels)) as server:
-                    runs[server_label(build, parallel)] = soak(server.url, server.process.pid, max(levels), soak_n,
-                                                               prompt_words, n_gen, on_request=advance)
+            for spec in servers:
+                with bench_served(model, spec, threads, max(levels)) as server:
+                    runs[spec.label()] = soak(server.url, server.process.pid, max(levels), soak_n,
+                                              prompt_words, n_gen, on_request=advance)
         report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
                             prompt_words=prompt_words, busy_warning=busy, errors={b: r["errors"][:20] for b, r in runs.items()},
                             rows=[{"build": b, **summarise_soak(r, SOAK_WINDOWS, SOAK_WARM_UP)} for b, r in runs.items()],
                             runs={b: {"ends_s": r["ends_s"], "rss": r["rss"]} for b, r in runs.items()})
         return finish(report, as_json)
-    servers = [(b, p) for b in builds for p in parallels]
     with progress("serving load levels", reps * len(servers) * len(levels)) as advance:
-        runs = run_serve_bench(servers, model, threads, levels, reps, requests_per_client, prompt_words, n_gen,
-                               on_level=advance)
+        runs = on_servers(servers, reps, model, threads, queue,
+                          lambda server: load_levels(server, levels, requests_per_client, prompt_words, n_gen, advance))
     report = ServeReport(kind="serve", threads=threads, model=str(model), reps=reps, n_gen=n_gen,
                          prompt_words=prompt_words, requests_per_client=requests_per_client, busy_warning=busy,
                          rows=summarise(runs, levels), runs=runs)
