@@ -12,7 +12,7 @@ Measured: each turn's time to first token and the prompt tokens llama-server eva
 
 A speculation run sends one stream of greedy chat requests of two kinds, code edits (the answer
 rewrites a given function) and questions: decode tokens/s and the share of drafted tokens accepted,
-as llama-server times them, and whether each answer is the first server's.
+as llama-server times them, and whether each answer is its build's without speculation.
 
 A soak run instead sends many requests from one count of clients to one server per build, and
 records each request's end (or its error) and the server's RSS every half second: requests/s over
@@ -38,6 +38,7 @@ from ..serve.options import DEFAULT_PROMPT_CACHE_MIB
 from ..serve.process import Served, served
 from . import BenchError
 from .serve_prompts import CHAT_OPENERS, FOLLOW_UPS, SPECULATION_PROMPTS
+from .tables import median_range
 
 FILLER = ("the quick brown fox jumps over the lazy dog while a small bird sings in the old tree by the river "
           "and children play in the warm sun of a long summer afternoon").split()
@@ -79,7 +80,7 @@ def load_level(url: str, clients: int, requests_per_client: int, prompt_words: i
             "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts)}
 
 
-class Server(NamedTuple):
+class ServerConfig(NamedTuple):
     """One awq2gguf-serve configuration measured: a build and the options that change its speed."""
     build: Build
     parallel: int
@@ -96,22 +97,22 @@ class Server(NamedTuple):
                           *([f"draft {self.draft.name}"] if self.draft else [])])
 
 
-def bench_served(model: Path, server: Server, threads: int, queue: int):
+def bench_served(model: Path, config: ServerConfig, threads: int, queue: int):
     """awq2gguf-serve as the benchmarks run it: the API alone (the chat page is not what they measure)."""
-    return served(model, server.build.name, threads, "--parallel", str(server.parallel), "--queue", str(queue),
-                  "--no-page", "--prompt-cache", str(server.prompt_cache_mib), "--spec", server.spec,
-                  *(["--draft", str(server.draft)] if server.draft else []))
+    return served(model, config.build.name, threads, "--parallel", str(config.parallel), "--queue", str(queue),
+                  "--no-page", "--prompt-cache", str(config.prompt_cache_mib), "--spec", config.spec,
+                  *(["--draft", str(config.draft)] if config.draft else []))
 
 
-def on_servers(servers: list[Server], reps: int, model: Path, threads: int, queue: int,
+def on_servers(servers: list[ServerConfig], reps: int, model: Path, threads: int, queue: int,
                measure: Callable[[Served], object]) -> dict[str, list]:
     """{server label: [measure(server) per repetition]}, the servers in ABBA order, each repetition on
     a fresh server."""
     runs = {s.label(): [] for s in servers}
     for rep in range(reps):
-        for spec in servers if rep % 2 == 0 else servers[::-1]:
-            with bench_served(model, spec, threads, queue) as server:
-                runs[spec.label()].append(measure(server))
+        for config in servers if rep % 2 == 0 else servers[::-1]:
+            with bench_served(model, config, threads, queue) as server:
+                runs[config.label()].append(measure(server))
     return runs
 
 
@@ -200,7 +201,7 @@ def summarise_speculation(runs: dict[str, list[dict]], plain_of: dict[str, str])
             rows.append({"build": label, "prompts": kind, "answers": len(reps[0][kind]),
                          "tokens": sum(a["timings"]["predicted_n"] for a in reps[0][kind]),
                          "decode_tokens_per_s": statistics.median(speeds),
-                         "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+                         "ratio": median_range(ratios),
                          "drafted": drafted, "acceptance": accepted / drafted if drafted else None,
                          "answers_differing": differ})
     return rows
@@ -224,7 +225,7 @@ def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> lis
                          "requests_per_s": statistics.median(rps),
                          "ttft_ms_median": statistics.median(rep[i]["ttft_ms_median"] for rep in reps),
                          "ttft_ms_max": max(rep[i]["ttft_ms_max"] for rep in reps),
-                         "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}})
+                         "ratio": median_range(ratios)})
     return rows
 
 

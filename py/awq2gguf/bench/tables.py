@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -18,6 +19,11 @@ class Table:
 def optional(value: float | None, fmt: str) -> str:
     """A number, or "-" where there is none."""
     return "-" if value is None else format(value, fmt)
+
+
+def median_range(values: list[float]) -> dict:
+    """The spread `spread` shows: median, min and max."""
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def spread(d: dict, fmt: str) -> str:

@@ -12,13 +12,13 @@ import click
 from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
 from ...serve.options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION
-from ..serve import (Server, bench_served, chat_turns, load_levels, on_servers, soak, speculation_run, summarise,
-                     summarise_soak, summarise_speculation)
+from ..serve import (ServerConfig, bench_served, chat_turns, load_levels, on_servers, soak, speculation_run,
+                     summarise, summarise_soak, summarise_speculation)
 from ..serve_prompts import SPECULATION_PROMPTS
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
-from ..tables import Table, spread
+from ..tables import Table, median_range, spread
 
 
 def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
@@ -44,7 +44,7 @@ def _parse_specs(_ctx, _param, value: str) -> tuple[str, ...]:
 
 @dataclass(kw_only=True)
 class ServeRow:
-    """One server (a build and its --parallel) at one client count, medians over the repetitions."""
+    """One server (a build and its options) at one client count, medians over the repetitions."""
     build: str  # the server's label
     clients: int
     requests: int
@@ -71,7 +71,7 @@ class ServeReport(Report):
         base = self.rows[0].build
         title = (f"awq2gguf-serve, {Path(self.model).name}: streamed completions of ~{self.prompt_words} words "
                  f"+ {self.n_gen} tokens, {self.requests_per_client} per client, {self.threads} thread(s), "
-                 f"{self.reps} interleaved reps, median (min-max); a server is a build and its --parallel")
+                 f"{self.reps} interleaved reps, median (min-max); a server is a build and its options")
         headers = ["server", "clients", "requests", "requests/s", "answer tokens/s", "first token ms (median)",
                    "first token ms (max)", f"requests/s vs {base}"]
         rows = [[r.build, str(r.clients), str(r.requests), f"{r.requests_per_s:.3f}",
@@ -139,15 +139,20 @@ class ChatRow:
     ratio_last: dict  # the last turn's first-token time over the first server's, per repetition
 
 
-@report_kinds("serve-chat")
 @dataclass(kw_only=True)
-class ChatReport(Report):
+class _GreedyChatsReport(Report):
+    """What the chat and the speculation runs record besides their rows."""
     threads: int
     model: str
     reps: int
     max_tokens: int
+    runs: dict[str, list]  # server -> each repetition's answers (or turns) and llama-server's timings
+
+
+@report_kinds("serve-chat")
+@dataclass(kw_only=True)
+class ChatReport(_GreedyChatsReport):
     rows: list[ChatRow]
-    runs: dict[str, list]  # server -> each repetition's turns
     ROWS = {"rows": ChatRow}
 
     def table(self) -> Table:
@@ -181,13 +186,14 @@ def summarise_chat(runs: dict[str, list[list[dict]]]) -> list[dict]:
                      "ttft_ms_last": statistics.median(at(turns, "ttft_ms")),
                      "prompt_tokens_last": statistics.median(at(turns, "prompt_n")),
                      "cached_tokens_last": statistics.median(at(turns, "cache_n")),
-                     "ratio_last": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}})
+                     "ratio_last": median_range(ratios)})
     return rows
 
 
 @dataclass(kw_only=True)
 class SpeculationRow:
-    """One server on one kind of prompt: decode speed, drafts accepted, answers unlike the first server's."""
+    """One server on one kind of prompt: decode speed, drafts accepted, answers unlike its build's without
+    speculation."""
     build: str  # the server's label
     prompts: str
     answers: int
@@ -201,13 +207,8 @@ class SpeculationRow:
 
 @report_kinds("serve-spec")
 @dataclass(kw_only=True)
-class SpeculationReport(Report):
-    threads: int
-    model: str
-    reps: int
-    max_tokens: int
+class SpeculationReport(_GreedyChatsReport):
     rows: list[SpeculationRow]
-    runs: dict[str, list]  # server -> each repetition's answers and llama-server's timings
     ROWS = {"rows": SpeculationRow}
 
     def table(self) -> Table:
@@ -258,8 +259,8 @@ class SpeculationReport(Report):
               help="Instead: one stream of greedy chat requests, code edits and questions (answers up to --n-gen "
                    "tokens), on each server: decode tokens/s, drafts accepted, answers compared.")
 @click.option("--soak", "soak_n", type=click.IntRange(min=1), metavar="N",
-              help="Instead: N requests from the largest --clients count to each server (a build and its "
-                   "--parallel): requests/s over time, errors and the server's RSS growth after warm-up.")
+              help="Instead: N requests from the largest --clients count to each server (a build and its options): "
+                   "requests/s over time, errors, the server's RSS growth after warm-up and over the second half.")
 @JSON
 def serve(threads, model, shape, qtype, build_names, levels, parallels, requests_per_client, prompt_words, n_gen, reps,
           caches, specs, draft, turns, speculation, soak_n, as_json):
@@ -268,8 +269,9 @@ def serve(threads, model, shape, qtype, build_names, levels, parallels, requests
     busy = check_machine(threads)
     builds = [get_build(n) for n in build_names]
     model = model or quantized_by(get_build("patched"), synthetic_f16(shape, log), qtype, log)
-    servers = [Server(b, p, c, s) for b, p, c, s in itertools.product(builds, parallels, caches, specs)]
-    servers += [Server(b, p, c, "none", draft) for b, p, c in itertools.product(builds, parallels, caches) if draft]
+    servers = [ServerConfig(b, p, c, s) for b, p, c, s in itertools.product(builds, parallels, caches, specs)]
+    if draft:
+        servers += [ServerConfig(b, p, c, "none", draft) for b, p, c in itertools.product(builds, parallels, caches)]
     queue = max(max(s.parallel for s in servers), *levels)
     if turns:
         conversations = max(levels)
@@ -296,9 +298,9 @@ def serve(threads, model, shape, qtype, build_names, levels, parallels, requests
         servers = list(dict.fromkeys(s._replace(parallel=min(s.parallel, max(levels))) for s in servers))
         runs = {}
         with progress("soak requests", soak_n * len(servers)) as advance:
-            for spec in servers:
-                with bench_served(model, spec, threads, max(levels)) as server:
-                    runs[spec.label()] = soak(server.url, server.process.pid, max(levels), soak_n,
+            for config in servers:
+                with bench_served(model, config, threads, max(levels)) as server:
+                    runs[config.label()] = soak(server.url, server.process.pid, max(levels), soak_n,
                                               prompt_words, n_gen, on_request=advance)
         report = SoakReport(kind="serve-soak", threads=threads, model=str(model), clients=max(levels), n_gen=n_gen,
                             prompt_words=prompt_words, busy_warning=busy, errors={b: r["errors"][:20] for b, r in runs.items()},
