@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import openai
 import pytest
 
 from awq2gguf.bench.models import quantized_by
@@ -21,6 +22,12 @@ from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 
 REPO = Path(__file__).resolve().parents[1]
+SERVE_KEY = "test-key-7f3a"  # the API key of the keyed test servers
+
+
+def openai_client(url, key="none") -> openai.OpenAI:
+    """The official client on an awq2gguf-serve, no retries."""
+    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="session", params=BUILD_NAMES)

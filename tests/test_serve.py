@@ -13,17 +13,11 @@ import psutil
 import pytest
 import schemathesis
 from click.testing import CliRunner
-from conftest import rpc_servers
+from conftest import SERVE_KEY as KEY, openai_client as client, rpc_servers
 from gguf import GGUFReader
 
 from awq2gguf.serve.cli import main as serve_main
 from awq2gguf.serve.process import free_port, served
-
-KEY = "test-key-7f3a"
-
-
-def client(url, key="none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
 
 
 @pytest.fixture(scope="module")

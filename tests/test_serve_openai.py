@@ -9,19 +9,13 @@ import httpx
 import jsonschema
 import openai
 import pytest
+from conftest import SERVE_KEY as KEY, openai_client as client
 
 from awq2gguf.assets.dev_models import f16_gguf
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.bench.serve_prompts import SPECULATION_PROMPTS
 from awq2gguf.builds import BUILD_NAMES
 from awq2gguf.serve.process import served
-
-KEY = "test-key-7f3a"
-
-
-def client(url, key="none") -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0, timeout=300)
-
 
 @pytest.fixture(scope="module")
 def coder_q4_0(builds):

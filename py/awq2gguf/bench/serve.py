@@ -183,6 +183,26 @@ def speculation_run(server: Served, max_tokens: int, on_request: Callable[[], No
     return out
 
 
+def summarise_chat(runs: dict[str, list[list[dict]]]) -> list[dict]:
+    base = next(iter(runs))
+    rows = []
+    for label, reps in runs.items():
+        turns = max(t["turn"] for t in reps[0])
+
+        def at(turn, field, of=reps):
+            return [t[field] for rep in of for t in rep if t["turn"] == turn]
+
+        ratios = [statistics.median(at(turns, "ttft_ms", [rep])) / statistics.median(at(turns, "ttft_ms", [b]))
+                  for rep, b in zip(reps, runs[base])]
+        rows.append({"build": label, "conversations": len(at(1, "turn", reps[:1])), "turns": turns,
+                     "ttft_ms_first": statistics.median(at(1, "ttft_ms")),
+                     "ttft_ms_last": statistics.median(at(turns, "ttft_ms")),
+                     "prompt_tokens_last": statistics.median(at(turns, "prompt_n")),
+                     "cached_tokens_last": statistics.median(at(turns, "cache_n")),
+                     "ratio_last": median_range(ratios)})
+    return rows
+
+
 def summarise_speculation(runs: dict[str, list[dict]], plain_of: dict[str, str]) -> list[dict]:
     """One row per server and prompt kind: decode tokens/s (the medians over repetitions of all answers'
     tokens over their decode time), its ratio to the first server's, paired per repetition, the

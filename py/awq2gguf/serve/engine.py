@@ -163,21 +163,14 @@ class EngineAPI:
         except UnicodeEncodeError as e:  # valid JSON ("\\ud800"), not text: no UTF-8 for it
             raise OpenAIError(400, f"the request holds a lone UTF-16 surrogate ({e.object[e.start:e.end]!a}), "
                                    "which is not text", "invalid_text") from None
-        try:
+        with _answering():
             return await self.client.send(self.client.build_request(
                 "POST", path, content=content, headers={"content-type": "application/json"}), stream=True)
-        except httpx.TransportError as e:
-            raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
-                              "engine_unavailable") from None
 
     async def metrics(self) -> str:
         """llama-server's own Prometheus metrics (its slots, tokens, speeds)."""
-        try:
-            r = await self.client.get("/metrics")
-        except httpx.TransportError as e:
-            raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
-                              "engine_unavailable") from None
-        return r.text
+        with _answering():
+            return (await self.client.get("/metrics")).text
 
     async def chat_events(self, body: dict) -> AsyncIterator[dict]:
         """A streamed chat completion's chunks, parsed; OpenAIError if llama-server refuses it."""
@@ -191,6 +184,16 @@ class EngineAPI:
                     yield json.loads(line[len("data: "):])
         finally:
             await r.aclose()
+
+
+@contextmanager
+def _answering():
+    """503 for a request llama-server does not answer."""
+    try:
+        yield
+    except httpx.TransportError as e:
+        raise OpenAIError(503, f"the model's engine is not answering ({type(e).__name__})",
+                          "engine_unavailable") from None
 
 
 def error_message(r: httpx.Response) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,26 +12,25 @@ from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
 from ...serve.options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION
 from ..serve import (ServerConfig, bench_served, chat_turns, load_levels, on_servers, soak, speculation_run,
-                     summarise, summarise_soak, summarise_speculation)
+                     summarise, summarise_chat, summarise_soak, summarise_speculation)
 from ..serve_prompts import SPECULATION_PROMPTS
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
 from ..reports import Report, report_kinds
-from ..tables import Table, median_range, spread
+from ..tables import Table, spread
 
 
-def _parse_levels(_ctx, _param, value: str) -> tuple[int, ...]:
-    levels = comma_ints(value)
-    if min(levels) < 1:
-        raise click.BadParameter("client counts are 1 or more")
-    return levels
+def _counts_of_at_least(minimum: int, what: str):
+    """A click callback: comma-separated integers, each `minimum` or more."""
+    def parse(_ctx, _param, value: str) -> tuple[int, ...]:
+        counts = comma_ints(value)
+        if min(counts) < minimum:
+            raise click.BadParameter(f"{what} are {minimum} or more")
+        return counts
+    return parse
 
 
-def _parse_sizes(_ctx, _param, value: str) -> tuple[int, ...]:
-    sizes = comma_ints(value)
-    if min(sizes) < 0:
-        raise click.BadParameter("sizes are 0 or more")
-    return sizes
+_parse_levels = _counts_of_at_least(1, "client counts")
 
 
 def _parse_specs(_ctx, _param, value: str) -> tuple[str, ...]:
@@ -170,26 +168,6 @@ class ChatReport(_GreedyChatsReport):
         return Table(title, headers, rows)
 
 
-def summarise_chat(runs: dict[str, list[list[dict]]]) -> list[dict]:
-    base = next(iter(runs))
-    rows = []
-    for label, reps in runs.items():
-        turns = max(t["turn"] for t in reps[0])
-
-        def at(turn, field, of=reps):
-            return [t[field] for rep in of for t in rep if t["turn"] == turn]
-
-        ratios = [statistics.median(at(turns, "ttft_ms", [rep])) / statistics.median(at(turns, "ttft_ms", [b]))
-                  for rep, b in zip(reps, runs[base])]
-        rows.append({"build": label, "conversations": len(at(1, "turn", reps[:1])), "turns": turns,
-                     "ttft_ms_first": statistics.median(at(1, "ttft_ms")),
-                     "ttft_ms_last": statistics.median(at(turns, "ttft_ms")),
-                     "prompt_tokens_last": statistics.median(at(turns, "prompt_n")),
-                     "cached_tokens_last": statistics.median(at(turns, "cache_n")),
-                     "ratio_last": median_range(ratios)})
-    return rows
-
-
 @dataclass(kw_only=True)
 class SpeculationRow:
     """One server on one kind of prompt: decode speed, drafts accepted, answers unlike its build's without
@@ -245,7 +223,7 @@ class SpeculationReport(_GreedyChatsReport):
 @click.option("--reps", type=click.IntRange(min=1), default=3, show_default=True,
               help="Repetitions per build, interleaved ABBA, each on a fresh server.")
 @click.option("--prompt-cache", "caches", default=str(DEFAULT_PROMPT_CACHE_MIB), show_default=True,
-              callback=_parse_sizes, help="awq2gguf-serve's --prompt-cache in MiB, comma-separated: each build is "
+              callback=_counts_of_at_least(0, "sizes"), help="awq2gguf-serve's --prompt-cache in MiB, comma-separated: each build is "
                                           "served with each (0: none).")
 @click.option("--spec", "specs", default="none", show_default=True, callback=_parse_specs,
               help=f"awq2gguf-serve's --spec, comma-separated ({', '.join(SPECULATION)}): each build is served "
