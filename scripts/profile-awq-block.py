@@ -35,6 +35,7 @@ class PeakRss:
 
     def __init__(self):
         self.part, self.peaks = "other", {}
+        self.sample()  # the watcher may first run after a short part has begun: "other" is sampled once here
         threading.Thread(target=self._watch, daemon=True).start()
 
     def sample(self) -> None:
