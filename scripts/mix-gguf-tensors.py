@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "vendor" / "llama.cpp" / "gguf-py"))
 from gguf import GGUFReader  # noqa: E402
 
-from awq2gguf.proc_io import atomic_path  # noqa: E402
+from awq2gguf.atomic import atomic_path  # noqa: E402
 
 
 def _tensors(path: str) -> list:

@@ -24,7 +24,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.awq import apply, forward, search
 from awq2gguf.awq.layout import layout_of
-from awq2gguf.host import PRECISIONS, physical_cores, resolve_precision
+from awq2gguf.host import physical_cores, resolve_precision
+from awq2gguf.modes import Precision
 
 PARTS = {"capture": "_input_stats", "search": "search_scales", "compensate": "_compensated", "clip": "search_clip"}
 
@@ -52,7 +53,7 @@ class PeakRss:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("shape", choices=sorted(SHAPES))
-    parser.add_argument("--precision", choices=PRECISIONS, default="auto")
+    parser.add_argument("--precision", choices=Precision.values(), default=Precision.AUTO.value)
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--ops", action="store_true", help="also torch.profiler's table of the ops")

@@ -1,12 +1,10 @@
 import codecs
 import io
 import json
-import socket
 import subprocess
 import sys
 import this
-import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ from awq2gguf.bench.models import quantized_by
 from awq2gguf.builds import BUILD_NAMES, BuildMissing, get_build
 from awq2gguf.assets.dev_models import f16_gguf
 from awq2gguf.llama_quantize import quantize
+from awq2gguf.processes import LOOPBACK, run_tool, spawned, wait_until_ready
 from awq2gguf.serve.process import free_port
 from awq2gguf.assets.synthetic import SHAPES, write_synthetic_gguf
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
@@ -90,7 +89,7 @@ def calib_text(tmp_path_factory):
 def run_kernel_test(build, name: str, *args: str) -> str:
     """What the build's copy of a kernel test (tests/kernels, built into its bin/ by
     native/CMakeLists.txt with the tree's own flags) prints."""
-    return subprocess.run([str(build.tool(name)), *args], capture_output=True, text=True, check=True).stdout
+    return run_tool([str(build.tool(name)), *args], name).stdout
 
 
 def generate(build, model: Path, n: int = 8) -> subprocess.CompletedProcess:
@@ -136,21 +135,10 @@ def two_rpc_servers(builds):
 def rpc_servers(build, count: int, env: dict[str, str] | None = None):
     """`count` of the build's ggml-rpc-servers on loopback, one thread each, `env` added to theirs."""
     ports = [free_port() for _ in range(count)]
-    procs = [subprocess.Popen([str(build.tool("ggml-rpc-server")), "-H", "127.0.0.1", "-p", str(p), "-t", "1"],
-                              env={**build.env(), **(env or {})}, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL) for p in ports]
-    try:
-        for p in ports:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    socket.create_connection(("127.0.0.1", p), timeout=1).close()
-                    break
-                except OSError:
-                    assert time.monotonic() < deadline, "ggml-rpc-server did not start"
-                    time.sleep(0.1)
-        yield [f"127.0.0.1:{p}" for p in ports], procs
-    finally:
-        for proc in procs:
-            proc.kill()
-            proc.wait()
+    with ExitStack() as stack:
+        children = [stack.enter_context(spawned([str(build.tool("ggml-rpc-server")), "-H", LOOPBACK, "-p", str(p),
+                                                 "-t", "1"], env={**build.env(), **(env or {})}, keep_lines=0, grace=0))
+                    for p in ports]
+        for child, p in zip(children, ports):
+            wait_until_ready(child, "ggml-rpc-server", 30, port=p)
+        yield [f"{LOOPBACK}:{p}" for p in ports], [c.process for c in children]

@@ -11,7 +11,8 @@ from gguf import GGMLQuantizationType, GGUFReader
 from awq2gguf.calibration import from_file
 from awq2gguf.checkpoint import load_tokenizer
 from awq2gguf.cli import main
-from awq2gguf.pipeline import Options
+from awq2gguf.metadata import Key
+from awq2gguf.options import Options
 from test_awq2gguf_cli import FAST, PROMPT_IDS
 
 pytestmark = [pytest.mark.slow,
@@ -44,5 +45,5 @@ def test_autoawq_engine_writes_an_all_q4_0_gguf_with_its_provenance(tiny_hf, cal
                                        "--engine", "autoawq", "--calib", str(calib_text), *FAST])
     assert result.exit_code == 0, result.output
     reader = GGUFReader(out)
-    assert reader.fields["awq2gguf.engine"].contents() == "autoawq"
+    assert reader.fields[Key.ENGINE.gguf].contents() == "autoawq"
     assert {t.tensor_type for t in reader.tensors if len(t.shape) == 2} == {GGMLQuantizationType.Q4_0}

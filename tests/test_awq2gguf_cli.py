@@ -21,6 +21,7 @@ from awq2gguf.awq.guard import kl_divergence
 from awq2gguf.cli import main
 from awq2gguf.convert import convert_hf_to_gguf
 from awq2gguf.llama_quantize import quantize
+from awq2gguf.metadata import PREFIX, Key
 from conftest import generate, llama_cpp_logits
 
 FAST = ("--calib-samples", "4", "--calib-tokens", "64")
@@ -46,14 +47,15 @@ def test_all_q4_0_gguf_that_stock_and_patched_run(tiny_hf, calib_text, builds, t
     types = {t.name: t.tensor_type for t in reader.tensors if len([d for d in t.shape if d > 1]) == 2}
     assert ("output.weight" in types) == (shape == "tiny-untied")
     assert {t for t in types.values()} == {GGMLQuantizationType.Q4_0}
-    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith("awq2gguf.")}
-    assert meta["awq2gguf.calibration.source"] == "file:zen.txt"
-    assert (meta["awq2gguf.calibration.samples"], meta["awq2gguf.calibration.tokens"]) == (4, 64)
-    assert meta["awq2gguf.group_size"] == 32 and meta["awq2gguf.clip"] is True and meta["awq2gguf.compensate"] is True
-    assert meta["awq2gguf.alpha_grid"] == "0..1 (21 points)"
+    meta = {k: f.contents() for k, f in reader.fields.items() if k.startswith(PREFIX)}
+    assert set(meta) <= {k.gguf for k in Key}
+    assert meta[Key.CALIBRATION_SOURCE.gguf] == "file:zen.txt"
+    assert (meta[Key.CALIBRATION_SAMPLES.gguf], meta[Key.CALIBRATION_TOKENS.gguf]) == (4, 64)
+    assert meta[Key.GROUP_SIZE.gguf] == 32 and meta[Key.CLIP.gguf] is True and meta[Key.COMPENSATE.gguf] is True
+    assert meta[Key.ALPHA_GRID.gguf] == "0..1 (21 points)"
     # The final check ran on 4 held-out samples, and what was written is never worse than plain.
-    assert meta["awq2gguf.check.tokens"] == 4 * 64
-    assert meta["awq2gguf.check.fell_back"] == (meta["awq2gguf.check.kld"] >= meta["awq2gguf.check.plain_kld"])
+    assert meta[Key.CHECK_TOKENS.gguf] == 4 * 64
+    assert meta[Key.CHECK_FELL_BACK.gguf] == (meta[Key.CHECK_KLD.gguf] >= meta[Key.CHECK_PLAIN_KLD.gguf])
     assert "check on held-out calibration: KLD to FP" in " ".join(result.output.split())
     for build in builds.values():
         proc = generate(build, out)
@@ -82,7 +84,7 @@ def test_self_calibrated_logits_stay_close_to_the_fp_model(tiny_hf, builds, tmp_
     result = run(model_dir, out, *FAST)
     assert result.exit_code == 0, result.output
     # 4 + 4 held-out sequences, each from one of the prompts (the default).
-    assert GGUFReader(out).fields["awq2gguf.calibration.source"].contents() == "generated:seed=0,prompts=8"
+    assert GGUFReader(out).fields[Key.CALIBRATION_SOURCE.gguf].contents() == "generated:seed=0,prompts=8"
 
     fp = fp_logits(model_dir)
     f16 = convert_hf_to_gguf(model_dir, tmp_path / "f16.gguf")
@@ -168,7 +170,7 @@ def test_untie_output_adds_a_separate_output_matrix(tiny_hf, calib_text, tmp_pat
     reader = GGUFReader(out)
     names = {t.name: t.tensor_type for t in reader.tensors}
     assert names["output.weight"] == names["token_embd.weight"] == GGMLQuantizationType.Q4_0
-    assert reader.fields["awq2gguf.untie_output"].contents() is True
+    assert reader.fields[Key.UNTIE_OUTPUT.gguf].contents() is True
 
 
 def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_text, builds, tmp_path, monkeypatch):
@@ -191,7 +193,7 @@ def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_te
     assert result.exit_code == 0, result.output
     assert "lost: wrote plain Q4_0" in " ".join(result.output.split())  # rich wraps lines
     reader = GGUFReader(out)
-    assert reader.fields["awq2gguf.check.fell_back"].contents() is True
+    assert reader.fields[Key.CHECK_FELL_BACK.gguf].contents() is True
     plain = GGUFReader(quantize(builds["patched"], convert_hf_to_gguf(model_dir, tmp_path / "f32.gguf", "f32"),
                                 tmp_path / "plain.gguf", "Q4_0"))
     expected = {t.name: np.asarray(t.data) for t in plain.tensors}

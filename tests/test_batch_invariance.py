@@ -1,5 +1,5 @@
 """A token's logits are the same bits whether it is decoded alone or in a small batch, at any thread
-count (patch 0022: attention over the KV cache in fixed windows): what makes speculative decoding's
+count (patch 0023: attention over the KV cache in fixed windows): what makes speculative decoding's
 greedy answers the answers without it, and an answer independent of the others decoded beside it."""
 
 import json

@@ -15,6 +15,7 @@ from awq2gguf import lora
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
 from awq2gguf.cli import main
+from awq2gguf.metadata import Key
 from conftest import f16_rounded_model
 
 LINEARS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -139,9 +140,10 @@ def test_awq2gguf_with_lora_records_the_adapter(tiny_hf, calib_text, tmp_path):
                                        "--calib-samples", "4", "--calib-tokens", "64"])
     assert result.exit_code == 0, result.output
     assert "merging the LoRA adapter my-adapter (rank 4)" in " ".join(result.output.split())
-    meta = {k: f.contents() for k, f in GGUFReader(out).fields.items() if k.startswith("awq2gguf.lora.")}
+    fields = GGUFReader(out).fields
     sha = hashlib.sha256((adapter / "adapter_model.safetensors").read_bytes()).hexdigest()
-    assert meta == {"awq2gguf.lora.name": "my-adapter", "awq2gguf.lora.rank": 4, "awq2gguf.lora.sha256": sha}
+    recorded = [fields[k.gguf].contents() for k in (Key.LORA_NAME, Key.LORA_RANK, Key.LORA_SHA256)]
+    assert recorded == ["my-adapter", 4, sha]
 
     (adapter / "adapter_config.json").write_text("{not json")
     bad = tmp_path / "bad.gguf"

@@ -15,6 +15,8 @@ from transformers import AutoModelForCausalLM
 from awq2gguf import prune
 from awq2gguf.checkpoint import copy_other_files
 from awq2gguf.cli import main
+from awq2gguf.metadata import Key
+from awq2gguf.modes import DropMethod
 from awq2gguf.streamed import StreamedModel
 from conftest import f16_rounded_model, llama_cpp_logits
 
@@ -101,7 +103,7 @@ def test_streamed_pruned_folder_is_the_model_with_those_blocks_skipped(distinct_
         assert (want - f16_rounded_model(distinct_blocks)(ids).logits).abs().max() > 1  # the blocks mattered
 
 
-@pytest.mark.parametrize("method", prune.METHODS)
+@pytest.mark.parametrize("method", DropMethod.values())
 def test_pruned_gguf_runs_in_both_builds_as_the_pruned_model(distinct_blocks, calib_text, builds, tmp_path, method):
     """F16 and no AWQ (alpha 0, no clipping or compensation), so that only the pruning is compared."""
     out = tmp_path / "out.gguf"
@@ -111,9 +113,9 @@ def test_pruned_gguf_runs_in_both_builds_as_the_pruned_model(distinct_blocks, ca
     assert result.exit_code == 0, result.output
     meta = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
     assert meta["qwen2.block_count"] == N_LAYERS - 2
-    blocks = [int(b) for b in meta["awq2gguf.drop_blocks.blocks"].split(",")]
-    assert meta["awq2gguf.drop_blocks.method"] == method and len(blocks) == 2
-    assert len(meta["awq2gguf.drop_blocks.calib_ppl"].split(",")) == 3
+    blocks = [int(b) for b in meta[Key.DROP_BLOCKS_BLOCKS.gguf].split(",")]
+    assert meta[Key.DROP_BLOCKS_METHOD.gguf] == method and len(blocks) == 2
+    assert len(meta[Key.DROP_BLOCKS_CALIB_PPL.gguf].split(",")) == 3
     assert f"dropped blocks {blocks[0]}, {blocks[1]} ({method})" in " ".join(result.output.split())
     with torch.no_grad():
         want = torch.log_softmax(without(f16_rounded_model(distinct_blocks), blocks)(torch.tensor([TOKENS])).logits[0], -1)
@@ -154,5 +156,5 @@ def test_checks_of_a_pruned_tuned_model_measure_it_against_the_unpruned_one(dist
         out = tmp_path / f"{name}.gguf"
         result = CliRunner().invoke(main, [str(distinct_blocks), str(out), *common, *tuning])
         assert result.exit_code == 0, result.output
-        plain_kld[name] = GGUFReader(out).fields["awq2gguf.check.plain_kld"].contents()
+        plain_kld[name] = GGUFReader(out).fields[Key.CHECK_PLAIN_KLD.gguf].contents()
     assert plain_kld["tuned"] > plain_kld["pruned"] > 0

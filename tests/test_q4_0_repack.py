@@ -1,6 +1,6 @@
 """Repacked Q4_0 on x86 through each build's own entry points: the GEMM/GEMV this CPU's build runs
-(patches 0005/0010 on AVX2, 0011/0013/0017 on AVX-512), the decode paths (0015, 0016) and GET_ROWS
-from the repacked layout (0003), against ggml's own references (tests/kernels/q4_0_repack.cpp).
+(patches 0006/0011 on AVX2, 0012/0015/0019 on AVX-512), the decode paths (0017, 0018) and GET_ROWS
+from the repacked layout (0004), against ggml's own references (tests/kernels/q4_0_repack.cpp).
 Both widths' kernels on any host: test_q4_0x8_kernels."""
 
 import re
@@ -73,7 +73,7 @@ def test_batched_decode_gives_each_stream_its_lone_row_bits(reports):
 @pytest.mark.parametrize("build_name", ["stock", "patched"])
 def test_a_product_and_the_add_after_it_give_the_two_ops_bit_for_bit(reports, build_name):
     """Decode: the patched build adds a Q/K/V bias or the residual in the GEMV's own pass (patch
-    0016, no barrier between MUL_MAT and ADD), with the same float additions as the ADD op; stock
+    0018, no barrier between MUL_MAT and ADD), with the same float additions as the ADD op; stock
     runs the two ops, the reference for the same check."""
     results = _MUL_MAT_ADD.findall(reports[build_name])
     assert len(results) == 2 * N_OPS and {r[3] for r in results} == {"bias", "residual"}

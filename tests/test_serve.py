@@ -16,6 +16,8 @@ from click.testing import CliRunner
 from conftest import SERVE_KEY as KEY, openai_client as client, rpc_servers
 from gguf import GGUFReader
 
+from awq2gguf.metadata import Key
+from awq2gguf.processes import LOOPBACK
 from awq2gguf.serve.cli import main as serve_main
 from awq2gguf.serve.process import free_port, served
 
@@ -337,13 +339,13 @@ def test_provenance_lists_the_awq2gguf_metadata(tmp_path):
 
     path = tmp_path / "m.gguf"
     w = GGUFWriter(str(path), "llama")
-    w.add_string("awq2gguf.calibration.source", "generated:seed=0,prompts=20")
-    w.add_float32("awq2gguf.check.kld", 0.25)
+    w.add_string(Key.CALIBRATION_SOURCE.gguf, "generated:seed=0,prompts=20")
+    w.add_float32(Key.CHECK_KLD.gguf, 0.25)
     w.add_string("general.name", "not ours")
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.close()
-    assert provenance(path) == [("calibration.source", "generated:seed=0,prompts=20"), ("check.kld", "0.25")]
+    assert provenance(path) == [(Key.CALIBRATION_SOURCE, "generated:seed=0,prompts=20"), (Key.CHECK_KLD, "0.25")]
 
 
 def _browser():
@@ -436,6 +438,6 @@ def test_a_lost_rpc_server_gets_503_and_the_server_exits_saying_why(tiny_f16, tw
 
 def test_an_unreachable_rpc_server_gets_one_line(smollm2_q4_0):
     port = free_port()
-    result = CliRunner().invoke(serve_main, [str(smollm2_q4_0), "--rpc", f"127.0.0.1:{port}"])
+    result = CliRunner().invoke(serve_main, [str(smollm2_q4_0), "--rpc", f"{LOOPBACK}:{port}"])
     assert result.exit_code == 1
-    assert result.output == f"Error: cannot reach the ggml-rpc-server at 127.0.0.1:{port}: [Errno 111] Connection refused\n"
+    assert result.output == f"Error: cannot reach the ggml-rpc-server at {LOOPBACK}:{port}: [Errno 111] Connection refused\n"

@@ -187,7 +187,7 @@ def _greedy_answers(url, max_tokens=160) -> list[tuple[str, dict]]:
 @pytest.mark.slow
 def test_speculation_gives_the_greedy_answers_without_it(coder_q4_0):
     """n-gram drafts and a draft model (here the model itself: every draft right) verified in
-    batches: the patched build's answers are those of one token at a time (patch 0022)."""
+    batches: the patched build's answers are those of one token at a time (patch 0023)."""
     with served(coder_q4_0, "patched", 2, "--no-page") as s:
         plain = _greedy_answers(s.url)
     for spec in (["--spec", "ngram"], ["--draft", str(coder_q4_0)]):

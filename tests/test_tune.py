@@ -19,6 +19,8 @@ from transformers import AutoModelForCausalLM
 from awq2gguf import tune, tune_blocks
 from awq2gguf.checkpoint import copy_other_files
 from awq2gguf.cli import main
+from awq2gguf.metadata import Key
+from awq2gguf.modes import TuneLoss, TuneParams
 from awq2gguf.q4_0 import q4_0_fake_quant
 from conftest import f16_rounded_model, llama_cpp_logits
 
@@ -94,7 +96,7 @@ def test_teacher_keeps_the_top_k_and_the_rest_of_the_fp_distribution(model_dir):
                                rtol=0)
 
 
-@pytest.mark.parametrize("loss", tune.LOSSES)
+@pytest.mark.parametrize("loss", TuneLoss.values())
 def test_distill_loss_is_the_kl_over_the_top_k_and_the_rest(loss):
     g, vocab = torch.Generator().manual_seed(0), 4 * tune.TOP_K
     teacher_lp = F.log_softmax(3 * torch.randn(3, 10, vocab, generator=g), -1)
@@ -124,7 +126,7 @@ def test_distill_loss_is_the_kl_over_the_top_k_and_the_rest(loss):
     assert tune.distill_loss(teacher_lp[rows], teacher, rows, loss).abs() < 1e-5  # the teacher itself: 0
 
 
-@pytest.mark.parametrize("params", tune.PARAMS)
+@pytest.mark.parametrize("params", TuneParams.values())
 def test_tuning_lowers_the_distillation_loss(model_dir, params):
     fp, x = f16_rounded_model(model_dir), ids()
     teacher = tune.teacher(fp, x)
@@ -182,11 +184,11 @@ def test_tuned_gguf_is_the_trained_model(which, request, calib_text, builds, tmp
     before, after = caught["before"], caught["after"]
     reader = GGUFReader(out)
     meta = {k: f.contents() for k, f in reader.fields.items()}
-    assert meta["awq2gguf.tune.steps"] == 6 and meta["awq2gguf.tune.params"] == "all"
+    assert meta[Key.TUNE_STEPS.gguf] == 6 and meta[Key.TUNE_PARAMS.gguf] == "all"
     # the learning rate is in grid steps: half the median Q4_0 scale of the block matrices tuned
     scales = torch.cat([w.reshape(-1, 32).abs().amax(1) / 8 for n, w in before.items()
                         if ".layers." in n and w.dim() == 2])
-    assert meta["awq2gguf.tune.lr_weights"] == pytest.approx(0.5 * scales.median().item(), rel=1e-5)
+    assert meta[Key.TUNE_LR_WEIGHTS.gguf] == pytest.approx(0.5 * scales.median().item(), rel=1e-5)
     tensors = {t.name: t for t in reader.tensors}
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, len([n for n in after if n.endswith("input_layernorm.weight")]))
     changed = 0
@@ -260,9 +262,9 @@ def test_tuning_that_loses_the_check_leaves_the_untuned_model(model_dir, calib_t
     assert "lost: kept the untuned model" in result.output
     meta = {k: f.contents() for k, f in GGUFReader(tuned).fields.items()}
     plain_meta = {k: f.contents() for k, f in GGUFReader(untuned).fields.items()}
-    assert meta["awq2gguf.tune.kept"] is False
-    assert meta["awq2gguf.check.tuned_kld"] > meta["awq2gguf.check.untuned_kld"]
-    assert meta["awq2gguf.check.kld"] == meta["awq2gguf.check.untuned_kld"] == plain_meta["awq2gguf.check.kld"]
+    assert meta[Key.TUNE_KEPT.gguf] is False
+    assert meta[Key.CHECK_TUNED_KLD.gguf] > meta[Key.CHECK_UNTUNED_KLD.gguf]
+    assert meta[Key.CHECK_KLD.gguf] == meta[Key.CHECK_UNTUNED_KLD.gguf] == plain_meta[Key.CHECK_KLD.gguf]
     got, want = _gguf_tensors(tuned), _gguf_tensors(untuned)
     assert got.keys() == want.keys()
     for name in want:
@@ -349,9 +351,9 @@ def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_p
     assert "tuning block by block: --tune-mode blocks" in result.output
     assert "block-wise tuning: kept 2/2 tuned blocks" in result.output
     meta = {k: f.contents() for k, f in GGUFReader(out).fields.items()}
-    assert meta["awq2gguf.tune.mode"] == "blocks" and meta["awq2gguf.tune.blocks_kept"] == 2
-    assert meta["awq2gguf.tune.input"] == "quantized" and meta["awq2gguf.tune.steps"] == 6
-    assert meta["awq2gguf.precision"] == precision
+    assert meta[Key.TUNE_MODE.gguf] == "blocks" and meta[Key.TUNE_BLOCKS_KEPT.gguf] == 2
+    assert meta[Key.TUNE_INPUT.gguf] == "quantized" and meta[Key.TUNE_STEPS.gguf] == 6
+    assert meta[Key.PRECISION.gguf] == precision
     assert len(trained) == 2
     tensors = {t.name: t for t in GGUFReader(out).tensors}
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
@@ -420,7 +422,7 @@ def test_block_wise_blocks_that_lose_the_held_out_check_are_not_kept(model_dir, 
     assert result.exit_code == 0, result.output
     assert "block-wise tuning: kept 0/2 tuned blocks" in result.output
     meta = {k: f.contents() for k, f in GGUFReader(tuned).fields.items()}
-    assert meta["awq2gguf.tune.blocks_kept"] == 0
+    assert meta[Key.TUNE_BLOCKS_KEPT.gguf] == 0
     got, want = _gguf_tensors(tuned), _gguf_tensors(untuned)
     assert got.keys() == want.keys()
     for name in want:
@@ -452,7 +454,7 @@ def test_norms_end_to_end_after_block_wise_tuning_train_only_the_norms(model_dir
     monkeypatch.setattr(tune, "tune", catching)
     output, meta = _block_wise(model_dir, calib_text, both, 0, "--tune-norms-steps", "4")
     assert "norms end to end" in output
-    assert meta["awq2gguf.tune.norms_steps"] == 4 and meta["awq2gguf.tune.norms_kept"] is True
+    assert meta[Key.TUNE_NORMS_STEPS.gguf] == 4 and meta[Key.TUNE_NORMS_KEPT.gguf] is True
     tensors, before = {t.name: t for t in GGUFReader(both).tensors}, _gguf_tensors(blocks)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
     norms = {names.get_name(n, try_suffixes=(".weight", ".bias")): w for n, w in trained.items()}
@@ -481,8 +483,8 @@ def test_norms_that_lose_the_held_out_check_leave_the_block_wise_model(model_dir
     monkeypatch.setattr(tune, "tune", wrecking)
     output, meta = _block_wise(model_dir, calib_text, both, 2, "--tune-norms-steps", "2")
     assert "lost: kept the block-wise model" in output
-    assert meta["awq2gguf.tune.norms_kept"] is False
-    assert meta["awq2gguf.check.kld"] == blocks_meta["awq2gguf.check.kld"]
+    assert meta[Key.TUNE_NORMS_KEPT.gguf] is False
+    assert meta[Key.CHECK_KLD.gguf] == blocks_meta[Key.CHECK_KLD.gguf]
     got, want = _gguf_tensors(both), _gguf_tensors(blocks)
     assert got.keys() == want.keys()
     for name in want:

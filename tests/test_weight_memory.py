@@ -1,4 +1,4 @@
-"""Patches 0003, 0004 and 0014: a tied embedding is held once, weights copied out of the file
+"""Patches 0004, 0005 and 0016: a tied embedding is held once, weights copied out of the file
 mapping (repacked Q4_0) do not stay resident as file pages too, and their buffer asks for huge
 pages. Sizes here are structural (which buffer holds what, which pages are mapped in), not speed
 or memory goals: those are in bench."""

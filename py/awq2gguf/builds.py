@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .paths import BUILD_DIR
-from .proc_io import Awq2ggufError, ToolFailed, run_tool
+from .errors import Awq2ggufError, ToolFailed
+from .processes import run_tool
 
 BUILD_NAMES = ("stock", "patched")
 # The peer's modes: bench name -> whether its run-time repack is on, which makes every Q4_0 weight its

@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from .builds import Build
-from .proc_io import Awq2ggufError, stream_tool
+from .errors import Awq2ggufError
+from .processes import stream_tool
 from .progress import OnProgress, no_progress
 
 

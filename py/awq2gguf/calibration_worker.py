@@ -5,9 +5,9 @@ with a build's environment (LLAMA_CPP_LIB_PATH is read at import). Sequence i st
 prompt i of PROMPTS.json (a list of token-id lists, shorter than TOKENS) or else with BOS (EOS
 when the vocabulary has none), and continues by sampling the model's whole next-token
 distribution at temperature 1 (a top-k of 40 made text more predictable than what the model
-meets, and AWQ calibrated on it closed 4-5 points less of the perplexity gap on both development
-models; bench/results/README.md); end-of-
-generation tokens are never sampled, so every sequence has exactly TOKENS tokens. After each
+meets, and AWQ calibrated on it closed less of the perplexity gap on both development models;
+bench/results/README.md, AWQ: ways to make an all-Q4_0 development model); end-of-generation
+tokens are never sampled, so every sequence has exactly TOKENS tokens. After each
 step it prints "done total" for the caller's progress bar; the ids go to OUT.npy.
 """
 

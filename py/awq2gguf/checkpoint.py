@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from torch import nn
 
 from .awq.layout import UnsupportedArchitecture, check_architecture
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
 
 # Files save_pretrained writes itself; everything else (tokenizer, generation config) is copied.
 _WRITTEN_BY_SAVE = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json", "config.json")

@@ -5,41 +5,45 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import prune, tune, tune_blocks
+from . import tune, tune_blocks
 from .awq.layout import SUPPORTED_ARCHITECTURES
-from .awq.search import DEFAULT_GRID
-from .cli_options import THREADS, comma_ints
-from .builds import BUILD_NAMES
-from .host import PRECISIONS
-from .pipeline import ENGINES, QTYPES, Options, run
-from .proc_io import Command
+from .cli_base import Command
+from .cli_options import THREADS, build_option, comma_ints, field_option, options
+from .metadata import Key
+from .modes import DropMethod, Engine, Precision, QType, TuneInput, TuneLoss, TuneMode, TuneParams
+from .options import Options, OptionsError, default
+from .pipeline import Summary, run
+from .progress import OnProgress
 
 err = Console(stderr=True)
 
 
 class RichProgress:
-    """One line per finished stage with its time; a live bar for stages that count steps."""
+    """progress.Progress drawn with rich: one line per finished stage with its time; a live bar for
+    stages that count steps."""
 
     def __init__(self, progress: Progress):
         self.progress = progress
 
     @contextmanager
-    def stage(self, description, total=None):
+    def stage(self, description: str, total: int | None = None) -> Iterator[OnProgress]:
         task = self.progress.add_task(description, total=total)
         started = time.perf_counter()
-        def update(done, note=None):
+
+        def update(done: int, note: str | None = None) -> None:
             self.progress.update(task, completed=done, **({"description": f"{description}: {note}"} if note else {}))
 
         yield update
         self.progress.remove_task(task)
         err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
 
-    def note(self, text):
+    def note(self, text: str) -> None:
         err.print(text)
 
 
@@ -66,134 +70,128 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 """
 
 
+# awq2gguf's options, in --help's order: the Options field each sets, its flags, type and help
+# (the defaults and least values come from Options).
+OPTIONS = options(
+    field_option("qtype", "--qtype", type=click.Choice(QType.values(), case_sensitive=False),
+                 help="Type of OUT. The scales are searched for Q4_0; Q4_0 puts every weight, output and embeddings "
+                      "included, in Q4_0 (the patched llama-quantize)."),
+    field_option("calib", "--calib", type=click.Path(dir_okay=False, path_type=Path),
+                 help="Calibration text: plain text, or .jsonl with a \"text\" field per line. Default: the model "
+                      "samples its own text with llama.cpp from an all-Q4_0 GGUF."),
+    field_option("lora", "--lora", type=click.Path(path_type=Path),
+                 help="A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for MODEL_DIR, "
+                      "merged into its weights with peft before calibration and AWQ; OUT's metadata records its name, "
+                      "rank and sha256."),
+    field_option("drop_blocks", "--drop-blocks",
+                 help="Drop this many decoder blocks before AWQ, chosen on the calibration tokens by "
+                      "--drop-blocks-method; OUT has fewer blocks (stock llama.cpp loads it) and its metadata records "
+                      "which. Costs one pass over the blocks per block dropped (SLEB)."),
+    field_option("drop_method", "--drop-blocks-method", type=click.Choice(DropMethod.values()),
+                 help="sleb: remove, one at a time, the block whose absence costs the least calibration perplexity; "
+                      "shortgpt: the blocks that change their input least (1 - cosine), at once."),
+    field_option("drop_list", "--drop-block-list", metavar="I,J,...", default=None,
+                 callback=lambda _ctx, _param, value: comma_ints(value, "block numbers, e.g. 14,17"),
+                 help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
+                      f"{Key.DROP_BLOCKS_BLOCKS.gguf} records them; instead of --drop-blocks."),
+    field_option("tune_steps", "--tune-steps",
+                 help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
+                      f"{tune.SEQUENCES_PER_STEP} calibration sequences: the whole model distilling the FP model's "
+                      f"next-token distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's), or "
+                      "each decoder block in turn, this many steps each, matching the FP model's hidden states after "
+                      "it (see --tune-mode). Wants more text than the search (16 sequences overfit; e.g. "
+                      "--calib-samples 128). Kept only if it beats the untuned model on the held-out calibration "
+                      "samples (block-wise: each block, then the whole model)."),
+    field_option("tune_mode", "--tune-mode", type=click.Choice(TuneMode.values()),
+                 help=f"model: the whole model at once (about {tune.WHOLE_MODEL_BYTES_PER_WEIGHT} bytes of memory per "
+                      "weight); blocks: one decoder block at a time (the memory of one block); auto: the whole model "
+                      f"where that fits in {tune.MEMORY_SHARE:.0%} of the free memory, else blocks."),
+    field_option("tune_input", "--tune-input", type=click.Choice(TuneInput.values()),
+                 help="Block-wise tuning: each block's input is the tuned model's own (it corrects what the blocks "
+                      "before it left) or the FP model's."),
+    field_option("tune_lr", "--tune-lr", type=float,
+                 show_default=f"{tune.LR:g} whole-model, {tune_blocks.LR:g} block-wise",
+                 help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
+                      "matrices, or over the block's; so a model with smaller weights moves them as far): AdamW, "
+                      "warm-up over a tenth of the steps, then a cosine to 0."),
+    field_option("tune_params", "--tune-params", type=click.Choice(TuneParams.values()),
+                 help="all: every block matrix and a tied output matrix (through the quantizer), norm and bias; "
+                      "norms: the norms and biases only (cheaper, and they stay F32 in the GGUF)."),
+    field_option("tune_loss", "--tune-loss", type=click.Choice(TuneLoss.values()),
+                 help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's own "
+                      "cross-entropy on each next token (TSLD, Kim et al. 2023)."),
+    field_option("tune_norms_steps", "--tune-norms-steps",
+                 help="After block-wise tuning, train the whole model's norms and biases end to end for this many "
+                      "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "
+                      "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
+                      "(about 6 bytes per weight)."),
+    field_option("calib_samples", "--calib-samples", help="Number of calibration sequences."),
+    field_option("calib_tokens", "--calib-tokens", help="Tokens per calibration sequence."),
+    field_option("calib_held_out", "--calib-held-out",
+                 help="More calibration sequences, never searched on: the finished model's KL divergence to FP on "
+                      "them is checked against plain Q4_0's, and plain Q4_0 is written if AWQ lost (both are printed "
+                      "and recorded in OUT's metadata). 0: no check."),
+    field_option("prompts", "--prompts/--no-prompts",
+                 help="Self-sampled calibration: start the sequences in turn from the opening of a passage (history, "
+                      "science, news, fiction, dialogue, code, maths), continued as plain text, and from a short "
+                      "request through the chat template; --no-prompts: from BOS alone, where a code model samples "
+                      "only code."),
+    field_option("clip", "--clip/--no-clip",
+                 help="Search a clipping range for each Q4_0 block of the output matrix, and of the decoder blocks "
+                      "(not q/k) that are not compensated."),
+    field_option("compensate", "--compensate/--no-compensate",
+                 help="Last, round each linear's weights column by column, pushing each column's error onto the "
+                      "columns not yet rounded (GPTQ on the exact Q4_0 grid; llama-quantize reproduces it)."),
+    field_option("untie_output", "--untie-output", is_flag=True,
+                 help="Give tied models a separate output matrix so AWQ can scale it (costs one more vocab x hidden "
+                      "Q4_0 tensor)."),
+    field_option("grid", "--alpha-steps", type=int, default=len(default("grid")) - 1, callback=_grid,
+                 help="Scale exponent grid: alpha = 0, 1/N, ..., 1; 0: no scales (plain rounding, clipped and "
+                      "compensated if those are on)."),
+    field_option("engine", "--engine", type=click.Choice(Engine.values()),
+                 help="autoawq: AutoAWQ 0.2.9's search instead of ours, same calibration and export (install it with "
+                      "`make autoawq`)."),
+    build_option("Whose llama.cpp samples calibration text, and whose llama-quantize makes OUT (stock: its own Q4_0 "
+                 "mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).",
+                 dest="build"),
+    THREADS,
+    field_option("precision", "--precision", type=click.Choice(Precision.values()),
+                 help="The big matrix products' arithmetic (AWQ's search, compensated rounding and block checks; "
+                      "block-wise tuning's training steps): bf16 (about twice as fast on CPUs with bf16 matrix "
+                      "instructions: AVX-512 BF16, AMX, Arm BF16) or FP32; auto: bf16 where the CPU has them. The "
+                      "Q4_0 grid, the factorisations, the optimizer, the held-out checks and whole-model tuning stay "
+                      "FP32."),
+    field_option("seed", "--seed", type=int, help="Seed for sampled calibration text."),
+)
+
+
 @click.command(cls=Command, help=HELP, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model_dir", type=click.Path(path_type=Path))
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--qtype", type=click.Choice(list(QTYPES), case_sensitive=False), default="Q4_0", show_default=True,
-              help="Type of OUT. The scales are searched for Q4_0; Q4_0 puts every weight, output and "
-                   "embeddings included, in Q4_0 (the patched llama-quantize).")
-@click.option("--calib", type=click.Path(dir_okay=False, path_type=Path),
-              help="Calibration text: plain text, or .jsonl with a \"text\" field per line. "
-                   "Default: the model samples its own text with llama.cpp from an all-Q4_0 GGUF.")
-@click.option("--lora", type=click.Path(path_type=Path),
-              help="A PEFT LoRA adapter folder (adapter_config.json + adapter_model.safetensors) for MODEL_DIR, "
-                   "merged into its weights with peft before calibration and AWQ; OUT's metadata records its "
-                   "name, rank and sha256.")
-@click.option("--drop-blocks", type=click.IntRange(0), default=0, show_default=True,
-              help="Drop this many decoder blocks before AWQ, chosen on the calibration tokens by "
-                   "--drop-blocks-method; OUT has fewer blocks (stock llama.cpp loads it) and its metadata "
-                   "records which. Costs one pass over the blocks per block dropped (SLEB).")
-@click.option("--drop-blocks-method", type=click.Choice(prune.METHODS), default="sleb", show_default=True,
-              help="sleb: remove, one at a time, the block whose absence costs the least calibration "
-                   "perplexity; shortgpt: the blocks that change their input least (1 - cosine), at once.")
-@click.option("--drop-block-list", "drop_list", metavar="I,J,...",
-              callback=lambda _ctx, _param, value: comma_ints(value, "block numbers, e.g. 14,17"),
-              help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
-                   "awq2gguf.drop_blocks.blocks records them; instead of --drop-blocks.")
-@click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True,
-              help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
-                   f"{tune.SEQUENCES_PER_STEP} calibration sequences: the whole model distilling the FP model's "
-                   f"next-token distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's), or "
-                   "each decoder block in turn, this many steps each, matching the FP model's hidden states after "
-                   "it (see --tune-mode). Wants more text than the search (16 sequences overfit; e.g. "
-                   "--calib-samples 128). Kept only if it beats the untuned model on the held-out calibration "
-                   "samples (block-wise: each block, then the whole model).")
-@click.option("--tune-mode", type=click.Choice(tune.MODES), default="auto", show_default=True,
-              help=f"model: the whole model at once (about {tune.WHOLE_MODEL_BYTES_PER_WEIGHT} bytes of memory per "
-                   "weight); blocks: one decoder block at a time (the memory of one block); auto: the whole model "
-                   f"where that fits in {tune.MEMORY_SHARE:.0%} of the free memory, else blocks.")
-@click.option("--tune-input", type=click.Choice(tune_blocks.INPUTS), default="quantized", show_default=True,
-              help="Block-wise tuning: each block's input is the tuned model's own (it corrects what the blocks "
-                   "before it left) or the FP model's.")
-@click.option("--tune-lr", type=click.FloatRange(min=0, min_open=True),
-              show_default=f"{tune.LR:g} whole-model, {tune_blocks.LR:g} block-wise",
-              help="Peak learning rate of the tuning, in steps of the Q4_0 grid (the median over the block "
-                   "matrices, or over the block's; so a model with smaller weights moves them as far): AdamW, "
-                   "warm-up over a tenth of the steps, then a cosine to 0.")
-@click.option("--tune-params", type=click.Choice(tune.PARAMS), default="all", show_default=True,
-              help="all: every block matrix and a tied output matrix (through the quantizer), norm and "
-                   "bias; norms: the norms and biases only (cheaper, and they stay F32 in the GGUF).")
-@click.option("--tune-loss", type=click.Choice(tune.LOSSES), default="kl", show_default=True,
-              help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's "
-                   "own cross-entropy on each next token (TSLD, Kim et al. 2023).")
-@click.option("--tune-norms-steps", type=click.IntRange(0), default=0, show_default=True,
-              help="After block-wise tuning, train the whole model's norms and biases end to end for this many "
-                   "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "
-                   "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
-                   "(about 6 bytes per weight).")
-@click.option("--calib-samples", type=click.IntRange(1), default=Options.calib_samples, show_default=True,
-              help="Number of calibration sequences.")
-@click.option("--calib-tokens", type=click.IntRange(32), default=Options.calib_tokens, show_default=True,
-              help="Tokens per calibration sequence.")
-@click.option("--calib-held-out", type=click.IntRange(0), default=4, show_default=True,
-              help="More calibration sequences, never searched on: the finished model's KL divergence to "
-                   "FP on them is checked against plain Q4_0's, and plain Q4_0 is written if AWQ lost "
-                   "(both are printed and recorded in OUT's metadata). 0: no check.")
-@click.option("--prompts/--no-prompts", default=True, show_default=True,
-              help="Self-sampled calibration: start the sequences in turn from the opening of a passage "
-                   "(history, science, news, fiction, dialogue, code, maths), continued as plain text, and from "
-                   "a short request through the chat template; --no-prompts: from BOS alone, where a code model "
-                   "samples only code (Qwen2.5-Coder-0.5B, KLD on WikiText-2: 0.104 vs 0.155).")
-@click.option("--clip/--no-clip", default=True, show_default=True,
-              help="Search a clipping range for each Q4_0 block of the output matrix, and of the "
-                   "decoder blocks (not q/k) that are not compensated.")
-@click.option("--compensate/--no-compensate", default=True, show_default=True,
-              help="Last, round each linear's weights column by column, pushing each column's error onto "
-                   "the columns not yet rounded (GPTQ on the exact Q4_0 grid; llama-quantize reproduces it).")
-@click.option("--untie-output", is_flag=True,
-              help="Give tied models a separate output matrix so AWQ can scale it "
-                   "(costs one more vocab x hidden Q4_0 tensor).")
-@click.option("--alpha-steps", "grid", type=int, default=len(DEFAULT_GRID) - 1, show_default=True, callback=_grid,
-              help="Scale exponent grid: alpha = 0, 1/N, ..., 1; 0: no scales (plain rounding, clipped and "
-                   "compensated if those are on).")
-@click.option("--engine", type=click.Choice(ENGINES), default="awq2gguf", show_default=True,
-              help="autoawq: AutoAWQ 0.2.9's search instead of ours, same calibration and export "
-                   "(install it with `make autoawq`).")
-@click.option("--build", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
-              help="Whose llama.cpp samples calibration text, and whose llama-quantize makes OUT (stock: its own "
-                   "Q4_0 mixture; patched Q4_0 is written by the converter, as the patched llama-quantize would).")
-@THREADS
-@click.option("--precision", type=click.Choice(PRECISIONS), default="auto", show_default=True,
-              help="The big matrix products' arithmetic (AWQ's search, compensated rounding and block checks; "
-                   "block-wise tuning's training steps): bf16 (about twice as fast on CPUs with bf16 matrix "
-                   "instructions: AVX-512 BF16, AMX, Arm BF16) or FP32; auto: bf16 where the CPU has them. The "
-                   "Q4_0 grid, the factorisations, the optimizer, the held-out checks and whole-model tuning "
-                   "stay FP32.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for sampled calibration text.")
-def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_blocks_method, drop_list, tune_steps,
-         tune_mode, tune_input, tune_lr, tune_params, tune_loss, tune_norms_steps, calib_samples,
-         calib_tokens, calib_held_out, prompts, clip, compensate, untie_output, grid, engine, build, threads, precision,
-         seed):
+@OPTIONS
+def main(model_dir: Path, out: Path, **given):
     import torch
     from transformers.utils import logging as hf_logging
 
-    torch.set_num_threads(threads)
+    torch.set_num_threads(given["threads"])
     hf_logging.disable_progress_bar()  # our own bars cover loading and saving
-    opts = Options(qtype=qtype.upper(), calib=calib, lora=lora, drop_blocks=drop_blocks,
-                   drop_method=drop_blocks_method, drop_list=drop_list, tune_steps=tune_steps, tune_mode=tune_mode,
-                   tune_input=tune_input, tune_lr=tune_lr,
-                   tune_params=tune_params, tune_loss=tune_loss, tune_norms_steps=tune_norms_steps,
-                   calib_samples=calib_samples,
-                   calib_tokens=calib_tokens, calib_held_out=calib_held_out, prompts=prompts, clip=clip,
-                   compensate=compensate, untie_output=untie_output, grid=grid, engine=engine, build=build,
-                   threads=threads, precision=precision, seed=seed)
-    if drop_blocks and drop_list:
-        raise click.UsageError("--drop-blocks and --drop-block-list: give one of them")
-    if opts.drops_blocks and engine == "autoawq":
-        raise click.UsageError("dropping blocks works with --engine awq2gguf only")
-    if tune_steps and (engine == "autoawq" or not opts.converter_writes_out):
-        raise click.UsageError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
-                               "and --engine awq2gguf")
-    if tune_mode == "blocks" and tune_params == "norms":
-        raise click.UsageError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto "
-                               "(after block-wise tuning: --tune-norms-steps)")
-    if tune_norms_steps and (not tune_steps or tune_mode == "model"):
-        raise click.UsageError("--tune-norms-steps follows block-wise tuning: it needs --tune-steps and --tune-mode "
-                               "blocks or auto")
+    try:
+        opts = Options(**given)
+    except OptionsError as e:
+        raise click.UsageError(str(e)) from None
     started = time.perf_counter()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as progress:
         summary = run(model_dir, out, opts, RichProgress(progress))
+    _print_search(summary)
+    _print_tuning(summary)
+    _print_checks(summary)
+    size = out.stat().st_size / 2**20
+    err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {opts.qtype}) in {time.perf_counter() - started:.0f} s")
+
+
+def _print_search(summary: Summary) -> None:
+    """The calibration, the blocks dropped and what the AWQ search kept."""
     err.print(f"calibration: {summary.calibration}")
     if (d := summary.dropped) is not None:
         steps = " -> ".join(f"{p:.2f} (-{b})" for b, p in zip(d.blocks, d.ppl))
@@ -204,6 +202,10 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
                   f"{summary.mean_alpha:.2f}), clipping in {summary.clipped[0]}/{summary.clipped[1]} and "
                   f"compensated rounding in {summary.compensated[0]}/{summary.compensated[1]} blocks; "
                   f"block output error {summary.block_error_ratio:.3f}x plain")
+
+
+def _print_tuning(summary: Summary) -> None:
+    """Each tuning's losses, and what the block-wise and the norms' tuning kept."""
     if summary.tune_losses:
         err.print(f"tuning (peak lr {summary.tune_lr:.3g}): distillation loss {summary.tune_losses[0]:.4f} "
                   f"(first step) -> {summary.tune_losses[-1]:.4f} (last of {len(summary.tune_losses)})")
@@ -219,6 +221,10 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
                  f"block-wise {summary.check_blocks_kld:.4f}: {verdict}")
         err.print(f"norms end to end (peak lr {summary.norms_lr:.3g}): distillation loss "
                   f"{summary.norms_losses[0]:.4f} -> {summary.norms_losses[-1]:.4f}{check}")
+
+
+def _print_checks(summary: Summary) -> None:
+    """The held-out checks: of tuning against the untuned model, and of OUT against plain Q4_0."""
     if summary.check_untuned_kld is not None:
         verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
         err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "
@@ -227,5 +233,3 @@ def main(model_dir: Path, out: Path, qtype, calib, lora, drop_blocks, drop_block
         verdict = "[red]lost: wrote plain Q4_0[/]" if summary.fell_back else "kept"
         err.print(f"check on held-out calibration: KLD to FP {summary.check_kld:.4f} vs plain Q4_0 "
                   f"{summary.check_plain_kld:.4f}: {verdict}")
-    size = out.stat().st_size / 2**20
-    err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {qtype.upper()}) in {time.perf_counter() - started:.0f} s")

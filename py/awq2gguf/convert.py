@@ -11,7 +11,9 @@ import sys
 from pathlib import Path
 
 from .paths import VENDOR_SRC
-from .proc_io import Awq2ggufError, atomic_path, run_tool
+from .atomic import atomic_path
+from .errors import Awq2ggufError
+from .processes import run_tool
 from .llama_quantize import override_kv_args
 
 CONVERTER = VENDOR_SRC / "convert_hf_to_gguf.py"

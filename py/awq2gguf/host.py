@@ -8,6 +8,8 @@ from pathlib import Path
 
 import psutil
 
+from .modes import Precision
+
 
 def physical_cores() -> int:
     return psutil.cpu_count(logical=False) or os.cpu_count() or 1
@@ -53,15 +55,10 @@ class CpuInfo:
         return f"{self.model or self.vendor or 'unknown CPU'}{family}, {physical_cores()} cores, {self.simd}"
 
 
-# The arithmetic of a job's big matrix products (AWQ's search, compensated rounding and block
-# checks; block-wise tuning's training steps). auto: bf16 where the CPU multiplies bf16 in hardware.
-PRECISIONS = ("auto", "fp32", "bf16")
-
-
-def resolve_precision(precision: str) -> str:
-    """PRECISIONS' choice for this machine: "fp32" or "bf16"."""
-    if precision == "auto":
-        return "bf16" if cpu_info().fast_bf16 else "fp32"
+def resolve_precision(precision: Precision) -> Precision:
+    """The precision a job's products run in on this machine: fp32 or bf16."""
+    if precision == Precision.AUTO:
+        return Precision.BF16 if cpu_info().fast_bf16 else Precision.FP32
     return precision
 
 

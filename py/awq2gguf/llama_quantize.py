@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .builds import Build
-from .proc_io import Awq2ggufError, atomic_path, run_tool
+from .atomic import atomic_path
+from .errors import Awq2ggufError
+from .processes import run_tool
 
 
 class QuantizeError(Awq2ggufError):
@@ -14,7 +16,7 @@ class QuantizeError(Awq2ggufError):
 
 def override_kv_args(metadata: dict[str, str] | None) -> list[str]:
     """--override-kv arguments adding metadata {key: "TYPE:VALUE"} (TYPE int, float, bool or str),
-    for llama-quantize and for the converter (patch 0012)."""
+    for llama-quantize and for the converter (patch 0013)."""
     return [a for k, v in (metadata or {}).items() for a in ("--override-kv", f"{k}={v}")]
 
 

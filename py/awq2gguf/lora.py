@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from .checkpoint import first_line
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
 from .progress import OnProgress, no_progress
 from .streamed import StreamedModel
 

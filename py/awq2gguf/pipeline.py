@@ -9,21 +9,24 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from . import __version__, calibration, checkpoint, lora, metadata, prune, tune, tune_blocks
-from .awq.search import DEFAULT_GRID
 from .builds import get_build
 from .convert import convert_hf_to_gguf
 from .host import available_memory, resolve_precision
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
+from .metadata import Key
+from .modes import Engine, Precision, QType, TuneInput, TuneMode, TuneParams
+from .options import Options
 from .progress import NoProgress, Progress
 from .q4_0 import BLOCK
 from .llama_quantize import quantize
-from .streamed import StreamedModel
+from .streamed import Saved, StreamedModel
 
 # Bytes per weight of OUT, for the disk check (Q4_K_M: its mixture's average).
-QTYPES = {"Q4_0": 18 / 32, "Q8_0": 34 / 32, "Q4_K_M": 4.9 / 8, "F16": 2.0}
+OUT_BYTES_PER_WEIGHT = {QType.Q4_0: 18 / 32, QType.Q8_0: 34 / 32, QType.Q4_K_M: 4.9 / 8, QType.F16: 2.0}
 # Bytes per weight of the work files at their peak: the folded model as its Q4_0 when the
 # converter writes OUT (Options.converter_writes_out), else the folded model in FP32 and the F32
 # GGUF made of it for llama-quantize. Before either, self-sampled calibration makes an all-Q4_0 GGUF.
@@ -32,51 +35,13 @@ FOLDED_AS_Q4_0_BYTES_PER_WEIGHT = 18 / 32
 FOLDED_AS_FP32_BYTES_PER_WEIGHT = 8
 # A LoRA merge writes the merged model in F16 first, kept until the end.
 MERGED_BYTES_PER_WEIGHT = 2
+# In the work folder: the held-out tokens' FP log-probabilities, on disk until the final check
+# ((tokens, vocab) is 0.3 GB for a 152k vocabulary).
+REFERENCE_FILE = "reference.pt"
 
 
 class NotEnoughDisk(Awq2ggufError):
     pass
-ENGINES = ("awq2gguf", "autoawq")
-
-
-@dataclass(frozen=True)
-class Options:
-    qtype: str = "Q4_0"
-    calib: Path | None = None  # None: the model samples its own calibration text
-    lora: Path | None = None  # a PEFT LoRA adapter folder, merged before anything else
-    drop_blocks: int = 0  # blocks to drop before AWQ, chosen by drop_method on the calibration tokens
-    drop_method: str = "sleb"
-    drop_list: tuple[int, ...] = ()  # or exactly these blocks
-    tune_steps: int = 0  # quantization-aware tuning with distillation after AWQ (tune.py)
-    tune_lr: float | None = None  # in Q4_0 grid steps (tune.grid_step); None: the mode's own (Summary.tune_lr_grid)
-    tune_params: str = "all"
-    tune_loss: str = "kl"
-    tune_mode: str = "auto"  # tune.MODES
-    tune_input: str = "quantized"  # block-wise tuning's input (tune_blocks.INPUTS)
-    tune_norms_steps: int = 0  # after block-wise tuning: the whole model's norms and biases, end to end
-    calib_samples: int = 16
-    calib_tokens: int = 256
-    calib_held_out: int = 4  # more samples, never searched on: the final check against plain Q4_0
-    prompts: bool = True  # self-sampled text starts from calibration.PROMPTS rather than from BOS
-    clip: bool = True
-    compensate: bool = True  # GPTQ-style error-compensated rounding after the scales
-    untie_output: bool = False
-    grid: tuple[float, ...] = DEFAULT_GRID
-    engine: str = "awq2gguf"
-    build: str = "patched"
-    threads: int = 2
-    precision: str = "auto"  # the big matrix products' arithmetic (host.PRECISIONS)
-    seed: int = 0
-
-    @property
-    def drops_blocks(self) -> bool:
-        return bool(self.drop_blocks or self.drop_list)
-
-    @property
-    def converter_writes_out(self) -> bool:
-        """All-Q4_0, as the patched llama-quantize makes it: the converter writes that file itself
-        (patch 0012), from the folded model kept as Q4_0, with no F32 GGUF in between."""
-        return self.qtype == "Q4_0" and self.build == "patched"
 
 
 @dataclass
@@ -119,57 +84,57 @@ class Summary:
 
 def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
                adapter: lora.Adapter | None = None) -> dict[str, str]:
-    """GGUF metadata (llama-quantize --override-kv) saying how the file was made."""
+    """GGUF metadata (llama-quantize --override-kv) saying how the file was made (metadata.Key)."""
     fields = {
-        "version": __version__,
-        "engine": opts.engine,
-        "calibration.source": calib.source,
-        "calibration.samples": calib.n_samples,
-        "calibration.tokens": calib.n_tokens,
-        "alpha_grid": f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)",
-        "group_size": BLOCK,
-        "clip": opts.clip,
-        "compensate": opts.compensate,
-        "untie_output": opts.untie_output,
-        "precision": summary.precision or None,
-        "check.kld": summary.check_kld,
-        "check.plain_kld": summary.check_plain_kld,
-        "check.untuned_kld": summary.check_untuned_kld,
-        "check.tuned_kld": summary.check_tuned_kld,
+        Key.VERSION: __version__,
+        Key.ENGINE: opts.engine,
+        Key.CALIBRATION_SOURCE: calib.source,
+        Key.CALIBRATION_SAMPLES: calib.n_samples,
+        Key.CALIBRATION_TOKENS: calib.n_tokens,
+        Key.ALPHA_GRID: f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)",
+        Key.GROUP_SIZE: BLOCK,
+        Key.CLIP: opts.clip,
+        Key.COMPENSATE: opts.compensate,
+        Key.UNTIE_OUTPUT: opts.untie_output,
+        Key.PRECISION: summary.precision or None,
+        Key.CHECK_KLD: summary.check_kld,
+        Key.CHECK_PLAIN_KLD: summary.check_plain_kld,
+        Key.CHECK_UNTUNED_KLD: summary.check_untuned_kld,
+        Key.CHECK_TUNED_KLD: summary.check_tuned_kld,
     }
     if summary.check_kld is not None:
-        fields |= {"check.tokens": calib.held_out_ids.numel(), "check.fell_back": summary.fell_back}
+        fields |= {Key.CHECK_TOKENS: calib.held_out_ids.numel(), Key.CHECK_FELL_BACK: summary.fell_back}
     if adapter is not None:
-        fields |= {"lora.name": adapter.name, "lora.rank": adapter.rank, "lora.sha256": adapter.sha256()}
+        fields |= {Key.LORA_NAME: adapter.name, Key.LORA_RANK: adapter.rank, Key.LORA_SHA256: adapter.sha256()}
     if summary.dropped is not None:
         fields |= {
-            "drop_blocks.method": summary.dropped.method,
-            "drop_blocks.blocks": summary.dropped.blocks,
+            Key.DROP_BLOCKS_METHOD: summary.dropped.method,
+            Key.DROP_BLOCKS_BLOCKS: summary.dropped.blocks,
             # before any removal, then after each
-            "drop_blocks.calib_ppl": [summary.dropped.ppl_before, *summary.dropped.ppl],
+            Key.DROP_BLOCKS_CALIB_PPL: [summary.dropped.ppl_before, *summary.dropped.ppl],
         }
     if summary.tune_mode is not None:
         fields |= {
-            "tune.mode": summary.tune_mode,
-            "tune.steps": opts.tune_steps,  # block-wise: per block
-            "tune.lr": summary.tune_lr_grid,  # in Q4_0 grid steps
-            "tune.kept": summary.tune_kept,  # false: OUT is the untuned model
+            Key.TUNE_MODE: summary.tune_mode,
+            Key.TUNE_STEPS: opts.tune_steps,  # block-wise: per block
+            Key.TUNE_LR: summary.tune_lr_grid,  # in Q4_0 grid steps
+            Key.TUNE_KEPT: summary.tune_kept,  # false: OUT is the untuned model
         }
     if summary.tune_losses:
         fields |= {
-            "tune.lr_weights": summary.tune_lr,  # the same in weight units
-            "tune.params": opts.tune_params,
-            "tune.loss": opts.tune_loss,
-            "tune.losses": [summary.tune_losses[0], summary.tune_losses[-1]],  # the first step's and the last's
+            Key.TUNE_LR_WEIGHTS: summary.tune_lr,  # the same in weight units
+            Key.TUNE_PARAMS: opts.tune_params,
+            Key.TUNE_LOSS: opts.tune_loss,
+            Key.TUNE_LOSSES: [summary.tune_losses[0], summary.tune_losses[-1]],  # the first step's and the last's
         }
     if summary.tuned_blocks:
-        fields |= {"tune.input": opts.tune_input, "tune.blocks_kept": sum(b.kept for b in summary.tuned_blocks)}
+        fields |= {Key.TUNE_INPUT: opts.tune_input, Key.TUNE_BLOCKS_KEPT: sum(b.kept for b in summary.tuned_blocks)}
     if summary.norms_losses:
         fields |= {
-            "tune.norms_steps": len(summary.norms_losses),
-            "tune.norms_lr_weights": summary.norms_lr,
-            "tune.norms_losses": [summary.norms_losses[0], summary.norms_losses[-1]],
-            "tune.norms_kept": summary.norms_kept,
+            Key.TUNE_NORMS_STEPS: len(summary.norms_losses),
+            Key.TUNE_NORMS_LR_WEIGHTS: summary.norms_lr,
+            Key.TUNE_NORMS_LOSSES: [summary.norms_losses[0], summary.norms_losses[-1]],
+            Key.TUNE_NORMS_KEPT: summary.norms_kept,
         }
     return metadata.overrides(fields)
 
@@ -198,31 +163,52 @@ def _calibrate(model_dir: Path, tokenizer, n_vocab: int, opts: Options, work: Pa
         source.unlink(missing_ok=True)
 
 
-def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
-         progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Path:
-    """AWQ, then (summary.tune_mode) tuning with the teacher (whole model) or block by block; the
-    held-out checks; the folded folder."""
+def _search_tune_and_check(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
+                           progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Path:
+    """Our engine: the AWQ search, then (summary.tune_mode) tuning with the teacher (whole model) or
+    block by block; the held-out checks, undoing what lost them; the folded folder."""
+    held_out = calib.held_out_ids
+    summary.precision = resolve_precision(opts.precision)
+    if len(held_out):
+        _check_plain(streamed, held_out, work, progress, summary)
+    _search(streamed, calib, opts, progress, summary)
+    untuned = None
+    if summary.tune_mode is not None:
+        untuned = _tune_searched(streamed, calib, opts, work, progress, summary, teacher)
+    if len(held_out):
+        _check_written(streamed, held_out, work, progress, summary)
+        _undo_what_lost(streamed, untuned, summary)
+    with progress.stage("writing the folded model"):
+        return streamed.write_folder()
+
+
+def _check_plain(streamed: StreamedModel, held_out, work: Path, progress: Progress, summary: Summary) -> None:
+    """Plain Q4_0's KLD to FP on the held-out tokens; the FP log-probabilities stay on disk for the
+    later checks (the unpruned model's, if run() saved them before dropping blocks)."""
     import torch
 
-    from .awq.apply import apply_awq
-    from .awq.forward import PRODUCTS
     from .awq.forward import model_log_probs
     from .awq.guard import kl_divergence
 
-    model, held_out, saved = streamed.model, calib.held_out_ids, work / "reference.pt"
-    summary.precision = resolve_precision(opts.precision)
-    if len(held_out):
-        with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
-            if saved.exists():  # the unpruned model's, saved by run() before dropping blocks
-                reference, (plain,) = torch.load(saved), model_log_probs(model, held_out, (True,), streamed)
-            else:
-                reference, plain = model_log_probs(model, held_out, (False, True), streamed)
-                # On disk until the check: (tokens, vocab) is 0.3 GB for a 152k vocabulary.
-                torch.save(reference, saved)
-            summary.check_plain_kld = kl_divergence(reference, plain)
-            del reference, plain
-    n_layers = len(model.model.layers)
-    with progress.stage(f"AWQ search, block by block ({summary.precision} products)", n_layers) as done:
+    model, saved = streamed.model, work / REFERENCE_FILE
+    with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
+        if saved.exists():
+            reference, (plain,) = torch.load(saved), model_log_probs(model, held_out, (True,), streamed)
+        else:
+            reference, plain = model_log_probs(model, held_out, (False, True), streamed)
+            torch.save(reference, saved)
+        summary.check_plain_kld = kl_divergence(reference, plain)
+        del reference, plain
+
+
+def _search(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, progress: Progress,
+            summary: Summary) -> None:
+    """AWQ's scales, clipping and compensated rounding, block by block, and what the search kept."""
+    from .awq.apply import apply_awq
+    from .awq.forward import PRODUCTS
+
+    model = streamed.model
+    with progress.stage(f"AWQ search, block by block ({summary.precision} products)", len(model.model.layers)) as done:
         result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate, on_progress=done,
                            weights=streamed, products=PRODUCTS[summary.precision])
     kept = [g for g in result.groups if g.kept]
@@ -231,36 +217,47 @@ def _awq(streamed: StreamedModel, calib: calibration.Calibration, opts: Options,
     summary.clipped = (sum(result.clipped), len(result.clipped))
     summary.compensated = (sum(result.compensated), len(result.compensated))
     summary.block_error_ratio = sum(e for e, _ in result.block_errors) / sum(p for _, p in result.block_errors)
+
+
+def _tune_searched(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
+                   progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Saved:
+    """Tune the searched model in summary.tune_mode (checking it on the held-out tokens first); the
+    branch that holds the untuned model."""
+    if len(calib.held_out_ids):
+        with progress.stage("checking the untuned model on the held-out tokens"):
+            summary.check_untuned_kld = _check_kld(streamed.model, calib.held_out_ids, streamed, work)
+    untuned = streamed.branch(work / "tuned")
+    if summary.tune_mode == TuneMode.MODEL:
+        summary.tune_losses, summary.tune_lr = _tune(streamed, calib, teacher, opts.tune_params, opts.tune_steps,
+                                                     summary.tune_lr_grid, opts, progress)
+    else:
+        _tune_blocks(streamed, calib, opts, progress, summary)
+        if opts.tune_norms_steps:
+            _tune_norms(streamed, calib, teacher, opts, work, progress, summary)
+    return untuned
+
+
+def _check_written(streamed: StreamedModel, held_out, work: Path, progress: Progress, summary: Summary) -> None:
+    """The final model's KLD to FP on the held-out tokens (and, with tuning, the tuned model's)."""
+    if summary.check_norms_kld is not None:  # _tune_norms checked the model it kept
+        summary.check_kld = summary.check_norms_kld if summary.norms_kept else summary.check_blocks_kld
+    else:
+        with progress.stage("checking the whole model on the held-out tokens"):
+            summary.check_kld = _check_kld(streamed.model, held_out, streamed, work)
+    (work / REFERENCE_FILE).unlink()
     if summary.tune_mode is not None:
-        if len(held_out):
-            with progress.stage("checking the untuned model on the held-out tokens"):
-                summary.check_untuned_kld = _check_kld(model, held_out, streamed, work)
-        untuned = streamed.branch(work / "tuned")
-        if summary.tune_mode == "model":
-            summary.tune_losses, summary.tune_lr = _tune(streamed, calib, teacher, opts.tune_params, opts.tune_steps,
-                                                         summary.tune_lr_grid, opts, progress)
-        else:
-            _tune_blocks(streamed, calib, opts, progress, summary)
-            if opts.tune_norms_steps:
-                _tune_norms(streamed, calib, teacher, opts, work, progress, summary)
-    if len(held_out):
-        if summary.check_norms_kld is not None:  # _tune_norms checked the model it kept
-            summary.check_kld = summary.check_norms_kld if summary.norms_kept else summary.check_blocks_kld
-        else:
-            with progress.stage("checking the whole model on the held-out tokens"):
-                summary.check_kld = _check_kld(model, held_out, streamed, work)
-        (work / "reference.pt").unlink()
-        if summary.tune_mode is not None:
-            summary.check_tuned_kld = summary.check_kld
-            if not summary.tune_kept:  # tuning made it worse on text it never saw: undo it
-                streamed.restore(untuned)
-                summary.check_kld = summary.check_untuned_kld
-        if summary.check_kld >= summary.check_plain_kld:
-            # The search lost on text it never saw: write what plain rounding makes of the original.
-            summary.fell_back = True
-            streamed.reset()
-    with progress.stage("writing the folded model"):
-        return streamed.write_folder()
+        summary.check_tuned_kld = summary.check_kld
+
+
+def _undo_what_lost(streamed: StreamedModel, untuned: Saved | None, summary: Summary) -> None:
+    """Tuning that made the model worse on text it never saw is undone; if then the search lost too,
+    OUT is what plain rounding makes of the original."""
+    if summary.tune_mode is not None and not summary.tune_kept:
+        streamed.restore(untuned)
+        summary.check_kld = summary.check_untuned_kld
+    if summary.check_kld >= summary.check_plain_kld:
+        summary.fell_back = True
+        streamed.reset()
 
 
 def _save_reference(streamed: StreamedModel, held_out, path: Path, progress: Progress) -> None:
@@ -281,7 +278,7 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
     from .awq.guard import kl_divergence
 
     (folded,) = model_log_probs(model, held_out, (True,), streamed)
-    return kl_divergence(torch.load(work / "reference.pt"), folded)
+    return kl_divergence(torch.load(work / REFERENCE_FILE), folded)
 
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: str, steps: int,
@@ -293,7 +290,7 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
         streamed.load(*streamed.parts)
     lr = lr_grid * tune.grid_step(model.model.layers)
     tied_output = tune.trains_tied_output(model, params)
-    if params == "all":
+    if params == TuneParams.ALL:
         trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
     else:
         trained = "the norms and biases"
@@ -314,7 +311,8 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
                         f"{summary.precision})", n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
-            opts.tune_input == "quantized", opts.seed, summary.precision == "bf16", on_progress=done)
+            opts.tune_input == TuneInput.QUANTIZED, opts.seed, summary.precision == Precision.BF16,
+            on_progress=done)
 
 
 def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,
@@ -326,7 +324,7 @@ def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher
         with progress.stage("checking the block-wise tuned model on the held-out tokens"):
             summary.check_blocks_kld = _check_kld(streamed.model, held_out, streamed, work)
     blockwise = streamed.branch(work / "norms")
-    summary.norms_losses, summary.norms_lr = _tune(streamed, calib, teacher, "norms", opts.tune_norms_steps,
+    summary.norms_losses, summary.norms_lr = _tune(streamed, calib, teacher, TuneParams.NORMS, opts.tune_norms_steps,
                                                    tune.LR, opts, progress)
     if len(held_out):
         with progress.stage("checking the tuned norms on the held-out tokens"):
@@ -341,12 +339,11 @@ def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
     model, ids, n_layers = streamed.model, calib.search_ids, len(streamed.model.model.layers)
     if opts.drop_list:
         what, passes = f"dropping blocks {', '.join(map(str, opts.drop_list))} of {n_layers}", 1
-        choose = lambda on_progress: prune.given(model, ids, list(opts.drop_list), streamed, on_progress)  # noqa: E731
+        choose = partial(prune.given, model, ids, list(opts.drop_list), streamed)
     else:
         what = f"choosing {opts.drop_blocks} of {n_layers} blocks to drop ({opts.drop_method})"
         passes = prune.passes(opts.drop_method, opts.drop_blocks)
-        choose = lambda on_progress: prune.choose(model, ids, opts.drop_blocks, opts.drop_method,  # noqa: E731
-                                                  streamed, on_progress)
+        choose = partial(prune.choose, model, ids, opts.drop_blocks, opts.drop_method, streamed)
     with progress.stage(f"{what}: {passes} passes over the blocks", passes * n_layers) as done:
         dropped = choose(done)
     streamed.drop_blocks(dropped.blocks)
@@ -355,7 +352,7 @@ def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
 
 def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     """Fail before the slow work if OUT's file system cannot hold the work files and OUT."""
-    out_bytes = QTYPES[opts.qtype]
+    out_bytes = OUT_BYTES_PER_WEIGHT[opts.qtype]
     folded = FOLDED_AS_Q4_0_BYTES_PER_WEIGHT if opts.converter_writes_out else FOLDED_AS_FP32_BYTES_PER_WEIGHT
     sampling = SAMPLING_BYTES_PER_WEIGHT if opts.calib is None else 0
     # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
@@ -384,60 +381,80 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
         _check_disk(streamed, out, opts)
         if opts.tune_steps:
-            summary.tune_mode, summary.tune_why = tune.choose_mode(opts.tune_mode, opts.tune_params, streamed.n_params(),
-                                                                   available_memory())
-            default_lr = tune.LR if summary.tune_mode == "model" else tune_blocks.LR
-            summary.tune_lr_grid = default_lr if opts.tune_lr is None else opts.tune_lr
-            progress.note(f"tuning {'the whole model' if summary.tune_mode == 'model' else 'block by block'}: "
-                          f"{summary.tune_why}")
-            if opts.tune_norms_steps:
-                if summary.tune_mode == "model":
-                    progress.note("--tune-norms-steps: not run, whole-model tuning trains the norms already")
-                else:
-                    tune.check_norms_fit(streamed.n_params(), available_memory())
+            _plan_tuning(streamed, opts, progress, summary)
         if opts.drops_blocks:
             prune.check(len(streamed.model.model.layers), list(opts.drop_list or range(opts.drop_blocks)))
         if adapter is not None:
-            with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
-                                len(streamed.parts)) as done:
-                model_dir = lora.merge(model_dir, adapter, work / "merged", on_progress=done)
-            streamed = StreamedModel(model_dir, work / "folded", opts.untie_output,
-                                     as_q4_0=opts.converter_writes_out)
+            model_dir, streamed = _merge_lora(model_dir, streamed, adapter, opts, work, progress)
         tokenizer = checkpoint.load_tokenizer(model_dir)
         calib = _calibrate(model_dir, tokenizer, streamed.embed.num_embeddings, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
-        teacher = None
-        if summary.tune_mode == "model" or (summary.tune_mode == "blocks" and opts.tune_norms_steps):
-            # Before dropping blocks: a pruned model is distilled from the whole one.
-            with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
-                teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
-        if summary.tune_mode is not None:
-            if opts.drops_blocks and calib.held_out_ids.numel():
-                # The held-out checks then measure against what the tuning distils, the whole model (not
-                # the pruned one, which the tuned model moves away from).
-                _save_reference(streamed, calib.held_out_ids, work / "reference.pt", progress)
+        teacher = _before_dropping_blocks(streamed, calib, opts, work, progress, summary)
         if opts.drops_blocks:
             summary.dropped = _drop_blocks(streamed, calib, opts, progress)
-
-        if opts.engine == "autoawq":
+        if opts.engine == Engine.AUTOAWQ:
             from .engines import autoawq
 
             with progress.stage("AutoAWQ search (export_compatible)"):
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
-            folded = _awq(streamed, calib, opts, work, progress, summary, teacher)
-
-        made_how = provenance(opts, calib, summary, adapter)
-        if opts.converter_writes_out:
-            with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
-                convert_hf_to_gguf(folded, out, "q4_0", made_how)
-        else:
-            with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
-                # F32, so llama-quantize sees exactly the weights the search quantized.
-                f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
-            shutil.rmtree(folded)
-            with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
-                quantize(build, f32, out, opts.qtype, opts.threads, metadata=made_how)
+            folded = _search_tune_and_check(streamed, calib, opts, work, progress, summary, teacher)
+        _write_out(folded, out, build, opts, work, progress, provenance(opts, calib, summary, adapter))
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _plan_tuning(streamed: StreamedModel, opts: Options, progress: Progress, summary: Summary) -> None:
+    """The tuning mode and peak learning rate, said once; whether the norms' tuning after it fits."""
+    summary.tune_mode, summary.tune_why = tune.choose_mode(opts.tune_mode, opts.tune_params, streamed.n_params(),
+                                                           available_memory())
+    default_lr = tune.LR if summary.tune_mode == TuneMode.MODEL else tune_blocks.LR
+    summary.tune_lr_grid = default_lr if opts.tune_lr is None else opts.tune_lr
+    progress.note(f"tuning {'the whole model' if summary.tune_mode == TuneMode.MODEL else 'block by block'}: "
+                  f"{summary.tune_why}")
+    if opts.tune_norms_steps:
+        if summary.tune_mode == TuneMode.MODEL:
+            progress.note("--tune-norms-steps: not run, whole-model tuning trains the norms already")
+        else:
+            tune.check_norms_fit(streamed.n_params(), available_memory())
+
+
+def _merge_lora(model_dir: Path, streamed: StreamedModel, adapter: lora.Adapter, opts: Options, work: Path,
+                progress: Progress) -> tuple[Path, StreamedModel]:
+    """The merged model's folder, and the model streamed from it."""
+    with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
+                        len(streamed.parts)) as done:
+        merged = lora.merge(model_dir, adapter, work / "merged", on_progress=done)
+    return merged, StreamedModel(merged, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
+
+
+def _before_dropping_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
+                            progress: Progress, summary: Summary) -> tune.Teacher | None:
+    """What tuning needs of the whole model before blocks are dropped: the teacher (for tuning the
+    whole model or the norms end to end), and with dropped blocks the held-out tokens' FP
+    log-probabilities, so that the held-out checks measure against what the tuning distils (the
+    whole model, not the pruned one, which the tuned model moves away from)."""
+    teacher = None
+    if summary.tune_mode == TuneMode.MODEL or (summary.tune_mode == TuneMode.BLOCKS and opts.tune_norms_steps):
+        with progress.stage(f"FP next-token distributions of {calib.search_ids.numel()} tuning tokens"):
+            teacher = tune.teacher(streamed.model, calib.search_ids, streamed)
+    if summary.tune_mode is not None and opts.drops_blocks and calib.held_out_ids.numel():
+        _save_reference(streamed, calib.held_out_ids, work / REFERENCE_FILE, progress)
+    return teacher
+
+
+def _write_out(folded: Path, out: Path, build, opts: Options, work: Path, progress: Progress,
+               made_how: dict[str, str]) -> None:
+    """OUT from the folded folder: written by the converter (all-Q4_0), or through an F32 GGUF and
+    the build's llama-quantize."""
+    if opts.converter_writes_out:
+        with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
+            convert_hf_to_gguf(folded, out, "q4_0", made_how)
+    else:
+        with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
+            # F32, so llama-quantize sees exactly the weights the search quantized.
+            f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
+        shutil.rmtree(folded)
+        with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
+            quantize(build, f32, out, opts.qtype, opts.threads, metadata=made_how)

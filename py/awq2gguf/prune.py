@@ -23,10 +23,9 @@ from torch.nn import functional as F
 
 from .awq.forward import RESIDENT, BlockKwargs, Weights, first_block_input, output_modules, run
 from .awq.guard import TOKENS_PER_STEP
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
+from .modes import DropMethod
 from .progress import OnProgress, no_progress
-
-METHODS = ("sleb", "shortgpt")
 
 
 class PruneError(Awq2ggufError):
@@ -92,7 +91,7 @@ def block_influence(model: nn.Module, x: torch.Tensor, kwargs: BlockKwargs, weig
 def passes(method: str, n: int) -> int:
     """Passes over the blocks choosing n costs: SLEB one per removal (the k-th round runs about
     (L-k)^2/2 blocks), ShortGPT one to rank and one for the perplexities."""
-    return n if method == "sleb" else 2
+    return n if method == DropMethod.SLEB else 2
 
 
 class _Passes:
@@ -132,10 +131,10 @@ def choose(model: nn.Module, input_ids: torch.Tensor, n: int, method: str, weigh
     """The n blocks to drop from model by method, chosen on input_ids (samples, tokens); the model
     is not changed."""
     check(len(model.model.layers), list(range(n)))
-    if method not in METHODS:
-        raise PruneError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+    if method not in DropMethod.values():
+        raise PruneError(f"unknown method {method!r}: one of {', '.join(DropMethod.values())}")
     runs = _Passes(model, input_ids, weights, passes(method, n), on_progress)
-    if method == "shortgpt":
+    if method == DropMethod.SHORTGPT:
         scores = runs.influence()
         return _ranked(runs, method, sorted(range(runs.n_layers), key=scores.__getitem__)[:n])
     removed, after, before = [], [], None

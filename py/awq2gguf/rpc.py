@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
 
 
 class RpcUnreachable(Awq2ggufError):

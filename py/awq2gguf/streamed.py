@@ -29,8 +29,8 @@ _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
 
 def _give_back_freed_memory() -> None:
     """glibc keeps freed blocks under its mmap threshold (which grows to 32 MB: most of a
-    block's tensors) in its heaps, where they fragment: without this, RSS grew by about 28 MB per
-    block of a 0.5B model (peak 4.2 GiB at 24 blocks, 5.0 GiB at 48); with it, it stays flat."""
+    block's tensors) in its heaps, where they fragment: without this, RSS grew with every block; with
+    it, it stays flat (bench/results/README.md, awq2gguf's cost by model size)."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
@@ -41,8 +41,9 @@ def round_to_f16(t: torch.Tensor) -> torch.Tensor:
     llama.cpp's usual path quantizes an F16 GGUF, and ggml's Q4_0 rounds exact halves up. Weights
     that lie on a coarser grid (a checkpoint dequantized from 5 bits, as qwen-coder is) sit on
     those halves in FP32, so every one rounds the same way and biases its block; F16 rounding
-    moves them off, both ways. On Qwen2.5-Coder-0.5B plain Q4_0 of the FP32 weights has KLD 0.140
-    to FP16, of the F16 ones 0.132: the search has to start from the weights the baseline uses.
+    moves them off, both ways, and plain Q4_0 of the F16 weights is the closer to FP16: the search
+    has to start from the weights the baseline uses (bench/results/README.md, Figures that were in
+    code comments).
     """
     return t.float().half().float()
 

@@ -26,21 +26,21 @@ from torch.nn import functional as F
 
 from .awq.apply import output_is_tied
 from .awq.forward import RESIDENT, Weights, model_log_probs
-from .proc_io import Awq2ggufError
+from .errors import Awq2ggufError
+from .modes import TuneLoss, TuneMode, TuneParams
 from .progress import OnProgress, no_progress
 from .q4_0 import BLOCK, q4_0_fake_quant
 
-TOP_K = 256  # against 64: KLD to FP 0.1271 -> 0.1254 (SmolLM2-135M), 0.0476 -> 0.0472 (Qwen2.5-Coder-0.5B)
+# The teacher's log-probabilities kept per token: 256 gave both development models a lower KLD to FP
+# than 64 (bench/results/README.md, Quantization-aware tuning with distillation).
+TOP_K = 256
 LR = 0.008  # peak learning rate in Q4_0 grid steps (grid_step)
-PARAMS = ("all", "norms")  # what trains: the matrices, norms and biases; or the norms and biases only
-LOSSES = ("kl", "tsld")
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
 SEQUENCES_PER_STEP = 4
 WARMUP = 0.1  # share of the steps over which the learning rate rises
-MODES = ("auto", "model", "blocks")  # auto: the whole model where it fits in memory, else block by block
 # Whole-model tuning's peak: per weight its FP32 value, latent, gradient and Adam's two moments (20
-# bytes) and the activations, plus the logits and the teacher (measured: 4.7 GiB for SmolLM2-135M,
-# 10.5 GiB for Qwen2.5-Coder-0.5B, 2 threads).
+# bytes) and the activations, plus the logits and the teacher; fitted to the development models'
+# measured peaks (bench/results/README.md, Quantization-aware tuning with distillation).
 WHOLE_MODEL_BYTES_PER_WEIGHT = 24
 WHOLE_MODEL_BYTES_FIXED = 3 * 2**29
 MEMORY_SHARE = 0.8  # of the available memory that whole-model tuning may plan on
@@ -60,13 +60,13 @@ def choose_mode(mode: str, params: str, n_params: int, available: int) -> tuple[
     MEMORY_SHARE of the free memory (it closes more of the gap), else block by block."""
     need = WHOLE_MODEL_BYTES_PER_WEIGHT * n_params + WHOLE_MODEL_BYTES_FIXED
     estimate = f"whole-model tuning needs about {need / 2**30:.1f} GiB, {available / 2**30:.1f} GiB are free"
-    if mode != "auto":
+    if mode != TuneMode.AUTO:
         return mode, f"--tune-mode {mode} ({estimate})"
-    if params == "norms":
-        return "model", "--tune-params norms trains the whole model's norms and biases"
+    if params == TuneParams.NORMS:
+        return TuneMode.MODEL, "--tune-params norms trains the whole model's norms and biases"
     if need <= MEMORY_SHARE * available:
-        return "model", estimate
-    return "blocks", f"{estimate}: one block at a time"
+        return TuneMode.MODEL, estimate
+    return TuneMode.BLOCKS, f"{estimate}: one block at a time"
 
 
 def check_norms_fit(n_params: int, available: int) -> None:
@@ -101,7 +101,7 @@ def teacher(model: nn.Module, input_ids: torch.Tensor, weights: Weights = RESIDE
     return Teacher(top.reshape(n, t, TOP_K), ids.reshape(n, t, TOP_K), rest.reshape(n, t), target.reshape(n, t - 1))
 
 
-def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, loss: str = "kl") -> torch.Tensor:
+def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, loss: str = TuneLoss.KL) -> torch.Tensor:
     """Mean over the sequences `rows` of the teacher's KL divergence to logits (len(rows), T, vocab)
     over TOP_K + 1 outcomes, per token: averaged (kl), or weighted by the softmax over the sequence of
     the teacher's cross-entropy on the next token over TSLD_TEMPERATURE (tsld: tokens the teacher
@@ -112,7 +112,7 @@ def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, los
     student_top = lp.gather(-1, top_ids)
     student_rest = lp.scatter(-1, top_ids, -math.inf).logsumexp(-1)
     kl = (top_lp.exp() * (top_lp - student_top)).sum(-1) + rest_lp.exp() * (rest_lp - student_rest)
-    if loss == "tsld":
+    if loss == TuneLoss.TSLD:
         scale = F.softmax(-teacher.target_log_prob[rows] / TSLD_TEMPERATURE, dim=-1)
     else:
         scale = torch.full_like(kl, 1 / kl.shape[-1])
@@ -122,11 +122,9 @@ def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, los
 def trains_tied_output(model: nn.Module, params: str) -> bool:
     """Whether tuning trains the output matrix, which is then the embedding table too (tied).
     AWQ can only clip a tied output matrix (an untied one gets scales through the final norm), and
-    there training it pays: SmolLM2-135M, 128 x 256 calibration, 64 steps, WikiText-2 KLD 0.139 ->
-    0.136 (74% -> 75.5% of plain Q4_0's perplexity gap). Training the untied one of
-    Qwen2.5-Coder-0.5B (32 x 256, 24 steps) changed nothing (KLD 0.0506 -> 0.0503, PPL 39.56 ->
-    39.57) for 69% more tuning time and 3.4 GiB more memory."""
-    return params == "all" and output_is_tied(model)
+    there training it pays; training an untied one changed nothing, for more time and memory
+    (bench/results/README.md, Quantization-aware tuning with distillation)."""
+    return params == TuneParams.ALL and output_is_tied(model)
 
 
 def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -134,7 +132,7 @@ def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[
     blocks' matrices and a tied output matrix (one tensor, the embedding table too); and the
     parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
     exact = [p for p in model.model.parameters() if p.dim() == 1]
-    if params != "all":
+    if params != TuneParams.ALL:
         return [], exact
     weights = [m.weight for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
     if trains_tied_output(model, params):
@@ -145,8 +143,9 @@ def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[
 def grid_step(module: nn.Module) -> float:
     """The median Q4_0 scale of the matrices in module (a block's largest magnitude / 8: one step of
     its grid). Adam moves every weight by about the learning rate per step, whatever its size, so
-    the learning rate is given in these steps. Qwen2.5-Coder-0.5B's step is 12x smaller than
-    SmolLM2-135M's (0.0044 against 0.055): at the 1e-4 that suits SmolLM2 its tuning diverged."""
+    the learning rate is given in these steps: the development models' steps are far apart, and a
+    fixed rate that suits one made the other's tuning diverge (bench/results/README.md,
+    Quantization-aware tuning with distillation)."""
     steps = [m.weight.detach().reshape(-1, BLOCK).abs().amax(1) / 8
              for m in module.modules() if isinstance(m, nn.Linear)]
     return torch.cat(steps).median().item()
@@ -209,7 +208,7 @@ class ThroughQ4_0:
 
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
-         params: str = "all", loss: str = "kl", seed: int = 0,
+         params: str = TuneParams.ALL, loss: str = TuneLoss.KL, seed: int = 0,
          on_progress: OnProgress = no_progress) -> list[float]:
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled

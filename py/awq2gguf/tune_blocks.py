@@ -5,11 +5,11 @@ decoder blocks train one at a time as the streamed model walks them (Block-AP of
 et al. 2024, on ggml's exact Q4_0 grid): a block's matrices pass through q4_0_fake_quant on the
 way forward with the gradient straight through to their FP32 latents, its norms and biases train as
 they are, and the loss is the mean squared error of the block's output against the FP model's
-hidden state after that block. The block's input is the tuned model's own (INPUTS "quantized": each
-block then corrects what the blocks before it left) or the FP model's ("fp": each block learns to
+hidden state after that block. The block's input is the tuned model's own (TuneInput.QUANTIZED: each
+block then corrects what the blocks before it left) or the FP model's (TuneInput.FP: each block learns to
 reproduce its FP self). Peak memory is one block with its latents, its untuned copy and the optimizer
 state, plus three streams of hidden states for the calibration tokens. The training forward and
-backward may run under bf16 autocast (host.PRECISIONS), about twice as fast where the CPU has bf16
+backward may run under bf16 autocast (modes.Precision), about twice as fast where the CPU has bf16
 matrix instructions; the quantization, the optimizer and the held-out checks stay FP32.
 
 A tuned block is kept only where its output error on the held-out calibration samples is lower than
@@ -28,10 +28,10 @@ from torch.nn import functional as F
 
 from .awq.forward import (PRODUCTS, BlockKwargs, Weights, fake_quantized, first_block_input, products_in,
                           q4_0_embedded, run)
+from .modes import Precision
 from .progress import OnProgress, no_progress
 from .tune import ThroughQ4_0, batches, grid_step
 
-INPUTS = ("quantized", "fp")
 LR = 0.02  # peak learning rate in Q4_0 grid steps of each block (tune.grid_step)
 ROWS_PER_RUN = 16  # sequences per no-grad forward: a 7B block's MLP holds rows x tokens x 18944 floats
 
@@ -50,7 +50,7 @@ class BlockResult:
 
 @dataclass
 class _Stream:
-    """Hidden states of some sequences before the current block, FP and (for INPUTS "quantized") as the
+    """Hidden states of some sequences before the current block, FP and (for TuneInput.QUANTIZED) as the
     tuned model has them, with the decoder layer's keyword arguments for them."""
     fp: torch.Tensor
     quantized: torch.Tensor | None
@@ -91,7 +91,7 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: Bloc
     try:
         for step, rows in enumerate(batches(len(x), steps, seed)):
             trainer.quantize()
-            with products_in(PRODUCTS["bf16" if bf16 else "fp32"]):
+            with products_in(PRODUCTS[Precision.BF16 if bf16 else Precision.FP32]):
                 out = run(layer, x[rows], kwargs.for_batch(len(x), len(rows)))
             loss = F.mse_loss(out.float(), target[rows])
             loss.backward()

@@ -30,7 +30,7 @@ from gguf.quants import dequantize
 
 from .gguf_write import atomic_writer, copy_fields
 from ..paths import MODELS_DIR
-from ..proc_io import atomic_path
+from ..atomic import atomic_path
 from .pypi import AssetError, copy_member, wheel_member
 
 

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
 
-from ..proc_io import atomic_path
+from ..atomic import atomic_path
 
 
 @functools.cache

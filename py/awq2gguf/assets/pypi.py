@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..paths import CACHE_DIR
-from ..proc_io import Awq2ggufError, atomic_path, run_tool
+from ..atomic import atomic_path
+from ..errors import Awq2ggufError
+from ..processes import run_tool
 
 
 class AssetError(Awq2ggufError):

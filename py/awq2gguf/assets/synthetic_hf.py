@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..awq.layout import ARCHITECTURES
-from ..proc_io import atomic_path
+from ..atomic import atomic_path
 from .synthetic import QWEN2_VOCAB, ModelShape
 
 

@@ -118,9 +118,8 @@ def _choose_block(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: Blo
     rounding if that helps, else clip if that helps. Plain rounding is the starting point's rival,
     so the block never ends worse than it. A compensated block is not clipped: clipped first,
     compensation takes the clipped weights as its target, which shrinks the block's output; the
-    shrinkage has the same sign in every block and adds up (Qwen2.5-Coder-0.5B came out worse than
-    plain Q4_0 that way), and with the clip as the Q4_0 scale inside the compensation it still
-    cost perplexity there (bench/results/README.md)."""
+    shrinkage has the same sign in every block and adds up, which a block's own error cannot see
+    (bench/results/README.md, Compensated blocks are not clipped)."""
     stats, y = _input_stats(layer, layout, x, kwargs, products)
     groups = layout.scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]

@@ -7,8 +7,8 @@ rather than each weight's own error (Frantar et al., 2022; updates in lazy batch
 as there). It is computed in the equivalent feedback form (QuIP's LDLQ, Chee et al., 2023,
 theorem 6): column j is rounded from w_j + sum over i < j of (w_i - q_i) A_ij, with A the
 unit-diagonal upper factor of H = A D A^T. That needs one Cholesky factorisation of H, where
-GPTQ's own form needs H's inverse and its factor: 78 s -> 31 s for the 18,944-wide down
-projection of a 7B on 2 cores, the bulk of the rounding's cost there.
+GPTQ's own form needs H's inverse and its factor, the bulk of the rounding's cost at a 7B's width
+(bench/results/README.md, Faster compensation and search toward a 7B).
 
 The result must survive llama-quantize's round to nearest, which recomputes each block's scale
 from its largest magnitude: d = peak / -8. Each block's d is taken as ggml does, from the block's
@@ -33,8 +33,8 @@ from .search import ROWS_PER_STEP, InputStats
 # bf16 to pay.
 COLUMNS_PER_BATCH = 128
 COLUMNS_PER_SPAN = 1024
-# Hessian damping, as a fraction of its mean diagonal. GPTQ's 0.01 fits 16 x 256 calibration tokens
-# too closely: on both development models 0.1-0.3 gave lower KLD on text the search never saw.
+# Hessian damping, as a fraction of its mean diagonal: more than GPTQ's 0.01, which fits 16 x 256
+# calibration tokens too closely (bench/results/README.md, Figures that were in code comments).
 DAMPING = 0.3
 
 
@@ -105,7 +105,7 @@ def _compensate_rows(w: torch.Tensor, feedback: Feedback, products: torch.dtype)
     column within a Q4_0 block, then block by block within a batch, batch by batch within a span,
     then span by span, so most of the arithmetic is in matrix products (the spans' in `products`).
     The work is on the transpose, where a column is contiguous: a column of w itself costs a cache
-    line per weight (a 7B's gate and up projections took 21 s that way, 9 s transposed)."""
+    line per weight (bench/results/README.md, Faster compensation and search toward a 7B)."""
     a = feedback.a
     w = w.T.contiguous()  # (cols, rows)
     target = w.clone()  # w plus the rounding errors fed forward so far

@@ -139,7 +139,7 @@ def fake_quantized(layer: nn.Module) -> Iterator[None]:
             l.weight.data = w
 
 
-# host.PRECISIONS' resolved choices as the dtype the products run in.
+# modes.Precision's resolved choices as the dtype the products run in.
 PRODUCTS = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from ..proc_io import Awq2ggufError
+from ..errors import Awq2ggufError
 
 
 @dataclass
@@ -22,8 +22,8 @@ class ScaleGroup:
     rows: slice = field(default_factory=lambda: slice(None))  # the producer's output channels the consumers read
     norm_offset: float = 0.0  # a producer RMSNorm's (Layout.norm_offset)
     # The consumers' rows are residual-stream channels, a few of which carry massive activations: a
-    # sample of rows misses them (search.SEARCH_MACS; Qwen2.5-Coder-0.5B's down projections judged
-    # on every 3rd row took another alpha in 14 of 24 blocks, up to +1.75% output error).
+    # sample of rows misses them and chooses other alphas (search.SEARCH_MACS; bench/results/README.md,
+    # Faster compensation and search toward a 7B).
     writes_residual: bool = False
 
 

@@ -32,9 +32,10 @@ CLIP_GRID = tuple(1 - i / 20 for i in range(10))
 ROWS_PER_STEP = 8192
 # The scale search judges a matrix on evenly spaced rows, as many as cost this many multiply-adds
 # per evaluation but at least SEARCH_MIN_ROWS: its error is a mean over rows. A 0.5B's matrices are
-# searched whole but for its vocabulary-wide output (every 5th row; it cost a minute whole); a 7B's
-# gate and up projections on every 5th row. Rows that write the residual stream are always
-# judged whole (ScaleGroup.writes_residual).
+# searched whole but for its vocabulary-wide output (every 5th row: whole, it was the slowest;
+# bench/results/README.md, Faster compensation and search toward a 7B); a 7B's gate and up
+# projections on every 5th row. Rows that write the residual stream are always judged whole
+# (ScaleGroup.writes_residual).
 SEARCH_MACS = 25e9
 SEARCH_MIN_ROWS = 4096
 
@@ -47,7 +48,7 @@ class InputStats:
     than features (no Gram to compute, and cheaper to use), else the Cholesky factor of x^T x.
     An output error ||x D^T||^2 is then ||R D^T||^2, whatever the number of tokens.
 
-    The search's error products multiply in `products` (host.PRECISIONS); the factor and the Gram
+    The search's error products multiply in `products` (modes.Precision); the factor and the Gram
     matrices stay FP32: a bf16 product is rounded to bf16, and that rounding of an outlier channel's
     diagonal entry can exceed the rounding's damping (a Cholesky failed on SmolLM2).
     """
@@ -87,7 +88,7 @@ class InputStats:
 
 
 # Column bands of gram(): the bands on and above the diagonal cost (1 + 1/GRAM_BANDS) / 2 of the
-# whole product. A 0.5B's down projection (4096 tokens x 4864 features): 1.03 s -> 0.74 s at 4.
+# whole product (bench/results/README.md, AWQ: ways to make an all-Q4_0 development model).
 GRAM_BANDS = 4
 
 

@@ -1,6 +1,6 @@
 """bench: speed, memory and accuracy of the builds and of awq2gguf, side by side with the peers."""
 
-from ..proc_io import Awq2ggufError
+from ..errors import Awq2ggufError
 
 
 class BenchError(Awq2ggufError):

@@ -1,7 +1,7 @@
 """`bench arm`: guest instruction counts of the ARM builds' Q4_0 matmuls under qemu-aarch64.
 
 There is no ARM hardware here, so speed is estimated by a proxy: the number of guest
-instructions QEMU executes for a fixed matmul, counted by a TCG plugin (qemu_insn_count.c) in a
+instructions QEMU executes for a fixed matmul, counted by a TCG plugin (native/qemu_insn_count.c) in a
 single-threaded run. The counts are deterministic (the same binary and shapes give the same
 count), but they are not time: they ignore memory bandwidth, latencies and how many of each
 instruction a core issues per cycle.
@@ -10,7 +10,6 @@ instruction a core issues per cycle.
 from __future__ import annotations
 
 import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from typing import NamedTuple
 
 from ..assets.synthetic import SHAPES as MODEL_SHAPES
 from ..builds import get_build
+from ..errors import tool_failure
 from ..paths import BUILD_DIR, ROOT
-from ..proc_io import tool_failure
+from ..processes import run
 from . import BenchError
 
 ARM_RUN = ROOT / "scripts" / "arm-run.sh"
@@ -73,8 +73,8 @@ def count(exe: Path, target: str, shape: Shape, reps: int) -> int:
         out = Path(tmp) / "count.txt"
         plugin = get_build("patched").tool("libqemu_insn_count.so")  # a host program: built with the x86 tree
         env = dict(os.environ, ARM_INSN_COUNT=str(out), ARM_INSN_PLUGIN=str(plugin))
-        proc = subprocess.run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)],
-                              env=env, capture_output=True, text=True, timeout=3600)
+        proc = run([str(ARM_RUN), target, str(exe), str(shape.k), str(shape.n), str(shape.m), str(reps)], env,
+                   timeout=3600)
         if proc.returncode != 0 or not out.is_file():
             raise tool_failure(f"{exe} {shape} at {target}", proc.returncode, proc.stderr, BenchError)
         return int(out.read_text().split()[-1])

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..builds import Build
 from ..convert import vendored_gguf_env
-from ..proc_io import atomic_path, tool_failure
+from ..atomic import atomic_path
+from ..errors import tool_failure
 from ..llama_quantize import quantize
 from .eval_text import calibration_windows
 from .gguf_tensors import read_tensor_infos

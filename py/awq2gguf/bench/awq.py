@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..pipeline import Options
-from ..proc_io import tool_failure
+from ..errors import tool_failure
 from ..llama_quantize import quantize
+from ..options import Options
 from . import autoround
 from .eval_text import calibration_windows
 from . import BenchError
@@ -41,6 +41,8 @@ class Made:
 
 # awq2gguf's line for each finished stage (cli.RichProgress), as rich prints it to a pipe.
 _STAGE_DONE = re.compile(r"^done (.+) \((\d+(?:\.\d+)?) s\)$")
+# The file calibration_file writes in a bench's output folder.
+CALIBRATION_FILE = "calibration.txt"
 
 
 def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens: int, out: Path,
@@ -83,10 +85,34 @@ def autoawq_available() -> bool:
     return importlib.util.find_spec("awq") is not None
 
 
+@dataclass(frozen=True)
+class Variants:
+    """Which variants `make_variants` makes beside the plain, imatrix and default awq2gguf ones, and
+    with how much calibration text."""
+    n_samples: int
+    n_tokens: int
+    threads: int
+    autoawq: bool
+    seeds: tuple[int, ...] = (0,)  # one self-sampled variant per seed
+    tune_steps: int = 0
+    drop_list: tuple[int, ...] = ()
+    autoround_iters: tuple[int, ...] = ()
+    precisions: tuple[str, ...] = ("auto",)  # awq2gguf --precision of the calibration-file and self-sampled ones
+
+    @property
+    def first_precision(self) -> list[str]:
+        return ["--precision", self.precisions[0]]
+
+    def per_precision(self, label: str, name: str, args: list[str]) -> list[tuple[str, str, list[str]]]:
+        """The variant once per precision, named after it where there are several."""
+        if len(self.precisions) == 1:
+            return [(label, name, [*args, *self.first_precision])]
+        return [(f"{label}, --precision {p}", name.replace("-Q4_0", f"-{p}-Q4_0"), [*args, "--precision", p])
+                for p in self.precisions]
+
+
 def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_text: Path, out_dir: Path,
-                  n_samples: int, n_tokens: int, autoawq: bool, threads: int, seeds: tuple[int, ...] = (0,),
-                  tune_steps: int = 0, drop_list: tuple[int, ...] = (), autoround_iters: tuple[int, ...] = (),
-                  precisions: tuple[str, ...] = ("auto",), log=print) -> list[Made]:
+                  variants: Variants, log=print) -> list[Made]:
     """Each method's file; the self-sampled variant once per seed, since which text the model happens
     to sample moves its perplexity more than the differences between methods. With tune_steps, the
     calibration-file and first-seed variants tuned too, whole and block-wise; with drop_list, the
@@ -95,55 +121,63 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     another type, with those in Q4_0 too. The calibration-file and self-sampled variants are made
     in each of `precisions` (awq2gguf --precision), the others in the first."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.txt")
+    n_samples, n_tokens, threads = variants.n_samples, variants.n_tokens, variants.threads
+    calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / CALIBRATION_FILE)
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
     made = [Made("all-Q4_0 (plain)", plain)]
     log("llama-imatrix + llama-quantize")
     made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
-    first = ["--precision", precisions[0]]
+    for label, name, args in _awq2gguf_runs(variants, calib, _ties_output(model_dir)):
+        log(f"awq2gguf: {label}")
+        made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))
+    return made + _autoround_variants(build, model_dir, eval_text, out_dir, variants, log)
 
-    def each(label: str, name: str, args: list[str]) -> list[tuple[str, str, list[str]]]:
-        """The variant once per precision, named after it where there are several."""
-        if len(precisions) == 1:
-            return [(label, name, [*args, *first])]
-        return [(f"{label}, --precision {p}", name.replace("-Q4_0", f"-{p}-Q4_0"), [*args, "--precision", p])
-                for p in precisions]
 
-    runs = [*each("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
-            *(run for seed in seeds for run in each(f"awq2gguf, self-sampled text, seed {seed}",
-                                                    f"awq2gguf-self-seed{seed}-Q4_0.gguf", ["--seed", str(seed)])),
+def _awq2gguf_runs(v: Variants, calib: Path, ties_output: bool) -> list[tuple[str, str, list[str]]]:
+    """(label, file name, awq2gguf arguments) of each awq2gguf variant, in the order they are made."""
+    first = v.first_precision
+    runs = [*v.per_precision("awq2gguf, calibration file", "awq2gguf-file-Q4_0.gguf", ["--calib", str(calib)]),
+            *(run for seed in v.seeds for run in v.per_precision(f"awq2gguf, self-sampled text, seed {seed}",
+                                                                 f"awq2gguf-self-seed{seed}-Q4_0.gguf",
+                                                                 ["--seed", str(seed)])),
             ("awq2gguf, calibration file, --no-compensate", "awq2gguf-file-nocomp-Q4_0.gguf",
              ["--calib", str(calib), "--no-compensate", *first]),
             *([("awq2gguf, calibration file, --untie-output", "awq2gguf-file-untied-Q4_0.gguf",
-                ["--calib", str(calib), "--untie-output", *first])] if _ties_output(model_dir) else [])]
-    if tune_steps:
+                ["--calib", str(calib), "--untie-output", *first])] if ties_output else [])]
+    if v.tune_steps:
         for mode, what in (("model", ""), ("blocks", " block-wise")):
-            tune = ["--tune-steps", str(tune_steps), "--tune-mode", mode, *first]
-            runs += [(f"awq2gguf, calibration file, --tune-steps {tune_steps}{what}",
+            tune = ["--tune-steps", str(v.tune_steps), "--tune-mode", mode, *first]
+            runs += [(f"awq2gguf, calibration file, --tune-steps {v.tune_steps}{what}",
                       f"awq2gguf-file-tuned-{mode}-Q4_0.gguf", ["--calib", str(calib), *tune]),
-                     (f"awq2gguf, self-sampled text, seed {seeds[0]}, --tune-steps {tune_steps}{what}",
-                      f"awq2gguf-self-seed{seeds[0]}-tuned-{mode}-Q4_0.gguf", ["--seed", str(seeds[0]), *tune])]
-    if drop_list:
-        drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, drop_list)), *first]
-        runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped", "awq2gguf-file-drop-Q4_0.gguf",
-                     drop))
-        if tune_steps:
-            runs.append((f"awq2gguf, calibration file, {len(drop_list)} blocks dropped, --tune-steps {tune_steps}",
+                     (f"awq2gguf, self-sampled text, seed {v.seeds[0]}, --tune-steps {v.tune_steps}{what}",
+                      f"awq2gguf-self-seed{v.seeds[0]}-tuned-{mode}-Q4_0.gguf", ["--seed", str(v.seeds[0]), *tune])]
+    if v.drop_list:
+        drop = ["--calib", str(calib), "--drop-block-list", ",".join(map(str, v.drop_list)), *first]
+        runs.append((f"awq2gguf, calibration file, {len(v.drop_list)} blocks dropped",
+                     "awq2gguf-file-drop-Q4_0.gguf", drop))
+        if v.tune_steps:
+            runs.append((f"awq2gguf, calibration file, {len(v.drop_list)} blocks dropped, --tune-steps {v.tune_steps}",
                          "awq2gguf-file-drop-tuned-Q4_0.gguf",
-                         drop + ["--tune-steps", str(tune_steps), "--tune-mode", "model"]))
-    if autoawq:
+                         drop + ["--tune-steps", str(v.tune_steps), "--tune-mode", "model"]))
+    if v.autoawq:
         runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
                      ["--calib", str(calib), "--engine", "autoawq"]))
-    for label, name, args in runs:
-        log(f"awq2gguf: {label}")
-        made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))
-    if autoround_iters:
-        jsonl = autoround.calibration_jsonl(model_dir, eval_text, n_samples, n_tokens, out_dir / "calibration.jsonl")
-    for iters in autoround_iters:
+    return runs
+
+
+def _autoround_variants(build: Build, model_dir: Path, eval_text: Path, out_dir: Path, v: Variants,
+                        log) -> list[Made]:
+    """Per --iters, AutoRound's file as written and, where it keeps some matrices in another type,
+    with those put in Q4_0."""
+    if not v.autoround_iters:
+        return []
+    made = []
+    jsonl = autoround.calibration_jsonl(model_dir, eval_text, v.n_samples, v.n_tokens, out_dir / "calibration.jsonl")
+    for iters in v.autoround_iters:
         label = f"AutoRound {autoround.VERSION} gguf:q4_0, --iters {iters}"
         log(label)
         written = out_dir / f"autoround-iters{iters}.gguf"
-        seconds, peak = autoround.quantize_q4_0(model_dir, jsonl, n_samples, n_tokens, iters, written, threads)
+        seconds, peak = autoround.quantize_q4_0(model_dir, jsonl, v.n_samples, v.n_tokens, iters, written, v.threads)
         others = autoround.not_q4_0(written)
         made.append(Made(f"{label}{f' ({others})' if others else ''}", written, seconds, peak))
         if others:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..proc_io import Group
+from ..cli_base import Group
 from . import results, tables
 from .commands.arm import arm
 from .commands.awq import awq

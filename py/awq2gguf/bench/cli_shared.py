@@ -17,7 +17,6 @@ from ..builds import BENCH_BUILD_NAMES, BUILD_NAMES, get_build
 from .. import cli_options
 from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
-from ..pipeline import Options
 from . import results, tables
 from .machine import busy_warning, threads_warning
 from .models import quantized_by, synthetic_f16
@@ -42,34 +41,21 @@ def parse_builds(choices):
     return parse
 
 
-def options(*opts):
-    """Several click options as one decorator."""
-    def apply(f):
-        for option in reversed(opts):
-            f = option(f)
-        return f
-    return apply
-
-
-THREADS, comma_ints = cli_options.THREADS, cli_options.comma_ints
-CALIB = options(
-    click.option("--calib-samples", type=click.IntRange(1), default=Options.calib_samples, show_default=True),
-    click.option("--calib-tokens", type=click.IntRange(32), default=Options.calib_tokens, show_default=True),
-)
+THREADS, comma_ints, options = cli_options.THREADS, cli_options.comma_ints, cli_options.options
+CALIB = options(cli_options.field_option("calib_samples", "--calib-samples"),
+                cli_options.field_option("calib_tokens", "--calib-tokens"))
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],
                          show_default=True, help="Development model (rebuilt from PyPI wheels): " + ", ".join(
                              f"{name} is {m.title}" for name, m in DEV_MODELS.items()) + ".")
-BUILD = click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
-                     help="Build that makes and runs every model.")
+BUILD = cli_options.build_option("Build that makes and runs every model.")
 BUILDS = click.option("--builds", "build_names", default="stock,patched", show_default=True,
                       callback=parse_builds(BUILD_NAMES),
                       help="Comma-separated builds to compare; ratios are against the first.")
 PEER_HELP = ("ik and ik-rtr are the peer ik_llama.cpp (`make ik-build IK_SRC=DIR`) as it is and with its run-time "
              "repack (-rtr); it runs the file the patched build makes.")
 # decode, prefill, batched and roofline (BUILDS_WITH_PEER) and eval (RUN_BUILD) also run the peer.
-RUN_BUILD = click.option("--build", "build_name", type=click.Choice(BENCH_BUILD_NAMES), default="patched",
-                         show_default=True, help="Build that runs every model. " + PEER_HELP)
+RUN_BUILD = cli_options.build_option("Build that runs every model. " + PEER_HELP, choices=BENCH_BUILD_NAMES)
 BUILDS_WITH_PEER = click.option("--builds", "build_names", default="stock,patched", show_default=True,
                                 callback=parse_builds(BENCH_BUILD_NAMES),
                                 help="Comma-separated builds to compare; ratios are against the first. " + PEER_HELP)

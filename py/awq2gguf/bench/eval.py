@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from ..proc_io import stream_tool
+from ..processes import stream_tool
 from . import BenchError
 from .mc_score import choose
 from .tasks import TASKS, Item, Task

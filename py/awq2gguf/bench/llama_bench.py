@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..builds import Build
-from ..proc_io import tool_failure
+from ..errors import tool_failure
 from . import BenchError
 from .peak_rss import run_with_peak_rss
 

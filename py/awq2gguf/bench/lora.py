@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from ..checkpoint import load_tokenizer
-from ..proc_io import atomic_path
+from ..atomic import atomic_path
 from .eval_text import learning_half
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

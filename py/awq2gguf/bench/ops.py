@@ -14,6 +14,7 @@ from typing import Callable
 
 from ..builds import Build
 from . import BenchError
+from .interleave import abba
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CASE = re.compile(r"^\s*(\w+\(.*\)):\s+(\d+) runs -\s+([\d.]+) us/run", re.M)
@@ -50,8 +51,8 @@ def run_once(build: Build, cases: tuple[Path, list[str]]) -> dict[str, float]:
 def run_interleaved(builds: list[Build], cases, reps: int,
                     on_run: Callable[[], None] = lambda: None) -> dict[str, list[dict[str, float]]]:
     runs: dict[str, list[dict[str, float]]] = {b.name: [] for b in builds}
-    for rep in range(reps):
-        for build in builds if rep % 2 == 0 else builds[::-1]:
+    for order in abba(builds, reps):
+        for build in order:
             runs[build.name].append(run_once(build, cases))
             on_run()
     return runs

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
-from ..metadata import provenance
+from ..metadata import Key, provenance
 from .awq import Made, awq2gguf
+from .interleave import abba
 from .llama_bench import RUNNERS
 
 
@@ -31,9 +32,10 @@ class Pruned:
 def _dropped(path: Path) -> tuple[list[int], float | None]:
     """The blocks OUT dropped and the calibration perplexity after the last, from its metadata."""
     meta = dict(provenance(path))
-    if "drop_blocks.blocks" not in meta:
+    if Key.DROP_BLOCKS_BLOCKS not in meta:
         return [], None
-    return [int(b) for b in meta["drop_blocks.blocks"].split(",")], float(meta["drop_blocks.calib_ppl"].split(",")[-1])
+    return ([int(b) for b in meta[Key.DROP_BLOCKS_BLOCKS].split(",")],
+            float(meta[Key.DROP_BLOCKS_CALIB_PPL].split(",")[-1]))
 
 
 def make_pruned(build: Build, model_dir: Path, out_dir: Path, args: list[str], counts: list[int],
@@ -62,8 +64,7 @@ def interleaved_speed(build: Build, files: list[Path], threads: int, n_prompt: i
     """tokens/s of each file with the build's llama-bench, the files in turn (reversed every other
     repetition), and each repetition's ratio to the first file's: median, min, max."""
     tps = [[] for _ in files]
-    for rep in range(reps):
-        order = list(range(len(files)))[::1 if rep % 2 == 0 else -1]
+    for order in abba(range(len(files)), reps):
         for i in order:
             tps[i].append(RUNNERS["binary"](build, files[i], threads, n_prompt, n_gen).tokens_per_s)
             on_run()

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from ..paths import ROOT
-from ..proc_io import atomic_path
+from ..atomic import atomic_path
 from .reports import Report, from_json
 
 RESULTS_DIR = Path(os.environ.get("AWQ2GGUF_RESULTS", ROOT / "bench" / "results"))

@@ -19,13 +19,13 @@ from pathlib import Path
 
 from ..builds import Build
 from ..host import cpu_info, physical_cores
-from ..proc_io import run_tool
+from ..processes import run_tool
 from .gguf_tensors import TensorInfo, read_tensor_infos
 
 
 def measure_bandwidth(build: Build, threads: int, n_elements: int = 1 << 25, reps: int = 10) -> dict:
     """Best-of-reps GB/s for read, copy and triad over 3 x 256 MiB arrays on transparent huge pages
-    where the kernel grants them (huge_page_kib of array_kib), by the STREAM kernel (stream.c) the
+    where the kernel grants them (huge_page_kib of array_kib), by the STREAM kernel (native/stream.c) the
     x86 build carries."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="close")
     return json.loads(run_tool([str(build.tool("stream")), str(n_elements), str(reps)], "STREAM", env).stdout)
@@ -98,7 +98,7 @@ def int8_peak(threads: int, ops_per_cycle: int | None = None, ghz: float | None 
 
 # The instruction set a build's Q4_0 matmul kernels were compiled for, best first, from ggml-cpu's
 # compile-time feature functions (a build made with -march=native on another machine may differ
-# from this CPU). The patched series has its own Q4_0 kernels for AVX2 (0005), SVE (0009) and AVX-512 (0011).
+# from this CPU). The patched series has its own Q4_0 kernels for AVX2 (0006), SVE (0010) and AVX-512 (0012).
 _KERNEL_ISAS = (("AVX-512 VNNI", ("ggml_cpu_has_avx512", "ggml_cpu_has_avx512_vnni")),
                 ("AVX-512", ("ggml_cpu_has_avx512",)),
                 ("AVX2", ("ggml_cpu_has_avx2",)),

@@ -33,10 +33,11 @@ import openai
 import psutil
 
 from ..builds import Build
-from ..proc_io import tail
+from ..errors import tail
 from ..serve.options import DEFAULT_PROMPT_CACHE_MIB
 from ..serve.process import Served, served
 from . import BenchError
+from .interleave import abba
 from .serve_prompts import CHAT_OPENERS, FOLLOW_UPS, SPECULATION_PROMPTS
 from .tables import median_range
 
@@ -109,8 +110,8 @@ def on_servers(servers: list[ServerConfig], reps: int, model: Path, threads: int
     """{server label: [measure(server) per repetition]}, the servers in ABBA order, each repetition on
     a fresh server."""
     runs = {s.label(): [] for s in servers}
-    for rep in range(reps):
-        for config in servers if rep % 2 == 0 else servers[::-1]:
+    for order in abba(servers, reps):
+        for config in order:
             with bench_served(model, config, threads, queue) as server:
                 runs[config.label()].append(measure(server))
     return runs

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..builds import Build
+from .interleave import abba
 from .llama_bench import Run
 
 
@@ -44,15 +45,13 @@ def run_interleaved(runner: Callable[..., Run], builds: list[Build], models: dic
                     n_prompt: int, n_gen: int, reps: int,
                     on_run: Callable[[], None] = lambda: None,
                     before_rep: Callable[[], None] = lambda: None) -> tuple[list[BuildResult], bool]:
-    """Alternate the builds in ABBA order each repetition, so slow drifts of the machine
-    (thermal, background work) fall on both sides equally. Ctrl-C keeps the repetitions that
-    completed for every build; returns (results, interrupted)."""
+    """Each repetition runs every build, in ABBA order (bench.interleave). Ctrl-C keeps the
+    repetitions that completed for every build; returns (results, interrupted)."""
     results = {b.name: BuildResult(b.name, models[b.name]) for b in builds}
     interrupted = False
     try:
-        for rep in range(reps):
+        for order in abba(builds, reps):
             before_rep()
-            order = builds if rep % 2 == 0 else builds[::-1]
             for build in order:
                 results[build.name].runs.append(runner(build, models[build.name], threads, n_prompt, n_gen))
                 on_run()

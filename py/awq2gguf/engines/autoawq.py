@@ -18,7 +18,7 @@ from torch import nn
 
 from ..calibration import Calibration
 from ..checkpoint import save_model
-from ..proc_io import Awq2ggufError
+from ..errors import Awq2ggufError
 
 
 class AutoAwqMissing(Awq2ggufError):
@@ -42,8 +42,8 @@ def _snapshots_that_copy(quantizer_cls):
     """AutoAWQ 0.2.9's scale search snapshots the inspected module with `v.cpu()`, which on a
     CPU returns the same tensors, and its first grid point then scales them in place (duo scaling
     makes that scale 1/mean|w|, not 1). Every later grid point, and the final weights, start from
-    W * s0 instead of W: the folded model no longer computes the FP function (SmolLM2: perplexity
-    29 -> 281,000). Make that snapshot a real copy for the duration of the search."""
+    W * s0 instead of W: the folded model no longer computes the FP function (bench/results/README.md,
+    "Figures that were in code comments"). Make that snapshot a real copy for the duration of the search."""
     search = quantizer_cls._compute_best_scale
 
     def compute_best_scale(self, x, w_mean, x_mean, module2inspect: nn.Module, *args, **kwargs):

@@ -1,8 +1,8 @@
 """awq2gguf-serve's HTTP face: OpenAI's routes in front of llama-server (the key, the limits, the
 queue, the model's alias), and the chat page."""
 
-# No `from __future__ import annotations`: FastAPI reads the routes' body types, made in create_app,
-# from their annotations.
+# No `from __future__ import annotations`: FastAPI reads the routes' body types, made per app in
+# _add_generation_routes, from their annotations.
 import secrets
 
 import httpx
@@ -149,12 +149,24 @@ def as_llama_server_takes(path: str, body: dict, takes_tools: bool) -> dict:
 
 
 def create_app(opts: ServeOptions, engine: EngineAPI):
-    limits: Limits = opts.limits
-    admission = Admission(limits.queue)
+    admission = Admission(opts.limits.queue)
     app = FastAPI(title="awq2gguf-serve", summary=f"{opts.model.name} on the {opts.build} llama.cpp build",
                   exception_handlers={RequestValidationError: _validation_error, HTTPException: _http_error,
                                       OpenAIError: lambda _request, e: e.response()})
+    _add_generation_routes(app, opts, engine, admission)
+    _add_models_route(app, opts)
+    front_metrics = _add_metrics_route(app, engine, admission)
+    if opts.page:
+        from . import page  # gradio is heavy: imported once the engine has loaded the model, and only for the page
 
+        app = page.mount(app, opts, engine, admission, PAGE_PATH)
+        app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
+    return _Gate(app, opts.api_key, opts.limits.max_body_bytes, front_metrics)
+
+
+def _add_generation_routes(app: FastAPI, opts: ServeOptions, engine: EngineAPI, admission: Admission):
+    """/v1/completions and /v1/chat/completions: checked against the limits, queued, sent to llama-server."""
+    limits: Limits = opts.limits
     CompletionRequest, ChatRequest = request_models(limits.max_tokens, engine.n_vocab)
 
     async def generate(path: str, request: BaseModel) -> Response:
@@ -193,11 +205,16 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
     async def chat_completions(request: ChatRequest) -> Response:
         return await generate("/v1/chat/completions", request)
 
+
+def _add_models_route(app: FastAPI, opts: ServeOptions):
     @app.get("/v1/models")
     def models() -> dict:
         return {"object": "list", "data": [{"id": opts.alias, "object": "model", "owned_by": "awq2gguf",
                                             "created": int(opts.model.stat().st_mtime)}]}
 
+
+def _add_metrics_route(app: FastAPI, engine: EngineAPI, admission: Admission) -> FrontMetrics:
+    """/metrics, counting the answers of the routes the app has so far, the metrics' own and the page's."""
     front_metrics = FrontMetrics(admission, {route.path for route in app.routes} | {METRICS_PATH, PAGE_PATH})
 
     @app.get(METRICS_PATH, response_class=PlainTextResponse)
@@ -205,9 +222,4 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
         """Prometheus metrics: llama-server's own (llamacpp:*), then this server's (awq2gguf_*)."""
         return (await engine.metrics()) + front_metrics.text()
 
-    if opts.page:
-        from . import page  # gradio is heavy: imported once the engine has loaded the model, and only for the page
-
-        app = page.mount(app, opts, engine, admission, PAGE_PATH)
-        app.add_api_route("/", lambda: RedirectResponse(PAGE_PATH), include_in_schema=False)
-    return _Gate(app, opts.api_key, limits.max_body_bytes, front_metrics)
+    return front_metrics

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import click
 
-from ..builds import BUILD_NAMES
-from ..cli_options import RPC, THREADS
-from ..proc_io import Command
+from ..cli_options import RPC, THREADS, build_option
+from ..cli_base import Command
+from ..processes import LOOPBACK
 from .limits import Limits
 from .options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION, ServeOptions
 
-LOOPBACK = "127.0.0.1"
 DEFAULT_PARALLEL = 4  # measured in bench/results/README.md: batching 4 answers multiplies decode tokens/s
 
 
@@ -39,8 +38,7 @@ def _gguf(_ctx, _param, path: Path | None) -> Path | None:
 
 @click.command(cls=Command, context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("model", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_gguf)
-@click.option("--build", "build_name", type=click.Choice(BUILD_NAMES), default="patched", show_default=True,
-              help="llama.cpp build whose llama-server runs the model (stock: for comparison).")
+@build_option("llama.cpp build whose llama-server runs the model (stock: for comparison).")
 @click.option("--host", default=LOOPBACK, show_default=True,
               help="Address to listen on. Anything but loopback needs --api-key.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True)

@@ -7,12 +7,8 @@ over the weights serves every open answer, which on a CPU multiplies the tokens/
 
 from __future__ import annotations
 
-import collections
-import ctypes
 import json
-import os
 import secrets
-import signal
 import subprocess
 import threading
 from contextlib import contextmanager
@@ -22,26 +18,18 @@ from typing import AsyncIterator, Callable
 import httpx
 
 from ..builds import get_build
-from ..proc_io import Awq2ggufError, tool_failure
+from ..errors import Awq2ggufError, tool_failure
+from ..processes import LOOPBACK, spawned, wait_until_ready
 from ..rpc import check_reachable
 from .limits import OpenAIError
 from .options import SPECULATION, ServeOptions
-from .process import free_port, stop, wait_until_answering
+from .process import free_port
 
 LOG_LINES = 40  # the engine's last log lines, quoted if it fails
-_PR_SET_PDEATHSIG = 1
 
 
 class EngineFailed(Awq2ggufError):
     pass
-
-
-def _engine_child() -> None:
-    """In the child before exec: the engine never outlives awq2gguf-serve (killed when it dies, even
-    by SIGKILL: it holds nothing to save); its own process group keeps a terminal's Ctrl-C from
-    reaching it before the open answers have ended."""
-    os.setpgid(0, 0)
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def speculation_args(opts: ServeOptions) -> list[str]:
@@ -58,7 +46,7 @@ def speculation_args(opts: ServeOptions) -> list[str]:
 
 def engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
     return [str(server), "--model", str(opts.model), "--alias", opts.alias,
-            "--host", "127.0.0.1", "--port", str(port), "--api-key", key,
+            "--host", LOOPBACK, "--port", str(port), "--api-key", key,
             # every slot holds a whole request's context
             "--parallel", str(opts.parallel), "--ctx-size", str(opts.ctx * opts.parallel),
             "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
@@ -75,39 +63,31 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
     check_reachable(opts.rpc)
     port, key = free_port(), secrets.token_hex(16)
     cmd = engine_command(build.tool("llama-server"), opts, port, key)
-    # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace
-    proc = subprocess.Popen(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                            preexec_fn=_engine_child)
-    log = collections.deque(maxlen=LOG_LINES)
-    reader = threading.Thread(target=lambda: log.extend(proc.stdout), daemon=True)
-    reader.start()
-    url = f"http://127.0.0.1:{port}"
-
-    def output() -> str:
-        reader.join(5 if proc.poll() is not None else 0)  # all of it once the engine has exited
-        return "".join(log)
-
+    url = f"http://{LOOPBACK}:{port}"
     stopping = threading.Event()
-    try:
-        wait_until_answering(proc, f"{url}/health", f"llama-server ({opts.build} build) on {opts.model.name}", output,
-                             EngineFailed, timeout)  # 503 while loading
-        engine = EngineAPI(url, key, *_model_facts(url, key))
+    # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace.
+    # The engine never outlives awq2gguf-serve (it holds nothing to save); its own process group keeps a
+    # terminal's Ctrl-C from reaching it before the open answers have ended.
+    with spawned(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL, keep_lines=LOG_LINES,
+                 die_with_parent=True, own_group=True) as child:
+        try:
+            wait_until_ready(child, f"llama-server ({opts.build} build) on {opts.model.name}", timeout, EngineFailed,
+                             url=f"{url}/health")  # 503 while loading
+            engine = EngineAPI(url, key, *_model_facts(url, key))
 
-        def watch():
-            """An engine that exits on its own (an rpc-server gone, killed for memory) cannot be
-            brought back with its state: awq2gguf-serve reports it and stops, for its supervisor."""
-            proc.wait()
-            if not stopping.is_set():
-                engine.failure = tool_failure(f"llama-server ({opts.build} build)", proc.returncode, output(),
-                                              EngineFailed)
-                engine.on_failure()
+            def watch():
+                """An engine that exits on its own (an rpc-server gone, killed for memory) cannot be
+                brought back with its state: awq2gguf-serve reports it and stops, for its supervisor."""
+                child.process.wait()
+                if not stopping.is_set():
+                    engine.failure = tool_failure(f"llama-server ({opts.build} build)", child.process.returncode,
+                                                  child.output(), EngineFailed)
+                    engine.on_failure()
 
-        threading.Thread(target=watch, daemon=True).start()
-        yield engine
-    finally:
-        stopping.set()
-        stop(proc)
+            threading.Thread(target=watch, daemon=True).start()
+            yield engine
+        finally:
+            stopping.set()
 
 
 def _model_facts(url: str, key: str) -> tuple[int, bool]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from .limits import Limits
 
-# Host memory for finished prompts' KV (llama-server's own default, 8 GiB, grew the soak's RSS by half):
-# bench/results/README.md, "Prompt cache".
+# Host memory for finished prompts' KV, bounded: llama-server's own default let the soak's RSS grow
+# (bench/results/README.md, "Prompt cache").
 DEFAULT_PROMPT_CACHE_MIB = 256
 
 

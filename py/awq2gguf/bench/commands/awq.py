@@ -10,10 +10,10 @@ import click
 
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
-from ...host import PRECISIONS
+from ...modes import Precision
 from ...paths import MODELS_DIR
 from .. import autoround, perplexity
-from ..awq import autoawq_available, make_variants, measured_rows
+from ..awq import Variants, autoawq_available, make_variants, measured_rows
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log
 from ..models import quantized_by
@@ -37,8 +37,8 @@ def _parse_iters(_ctx, _param, value: str) -> tuple[int, ...]:
 
 def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
     precisions = tuple(p.strip() for p in value.split(","))
-    if any(p not in PRECISIONS for p in precisions) or len(set(precisions)) != len(precisions):
-        raise click.BadParameter(f"{value!r}: distinct choices of {', '.join(PRECISIONS)}")
+    if any(p not in Precision.values() for p in precisions) or len(set(precisions)) != len(precisions):
+        raise click.BadParameter(f"{value!r}: distinct choices of {', '.join(Precision.values())}")
     return precisions
 
 
@@ -93,7 +93,7 @@ class AwqReport(TextReport):
                    "optimized rounding alone; slow: ~20 min per run on SmolLM2-135M here), as written and with "
                    "the matrices it keeps in other types put in Q4_0. Needs `make autoround`.")
 @click.option("--precisions", metavar="P,Q,...", default="auto", show_default=True, callback=_parse_precisions,
-              help=f"awq2gguf --precision ({', '.join(PRECISIONS)}) of the calibration-file and self-sampled "
+              help=f"awq2gguf --precision ({', '.join(Precision.values())}) of the calibration-file and self-sampled "
                    "variants, each made once per precision (e.g. fp32,bf16 to compare them); the other variants "
                    "use the first.")
 @THREADS
@@ -115,10 +115,12 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         build = get_build(build_name)
         f16 = f16_gguf(dev_model)
         plain = quantized_by(build, f16, "Q4_0", log)
-        made = make_variants(
-            build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model, calib_samples,
-            calib_tokens, autoawq_available() if autoawq is None else autoawq, threads, seeds,
-            tune_steps, drop_list, autoround_iters, precisions, log)
+        variants = Variants(calib_samples, calib_tokens, threads,
+                            autoawq=autoawq_available() if autoawq is None else autoawq, seeds=seeds,
+                            tune_steps=tune_steps, drop_list=drop_list, autoround_iters=autoround_iters,
+                            precisions=precisions)
+        made = make_variants(build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model,
+                             variants, log)
         log("computing FP16 logits, then each variant's PPL and KLD")
         base_logits = Path(tmp) / "base.kld"
         fp16_ppl = perplexity.on_text(build, f16, text, ctx, chunks, threads, save_logits=base_logits)["ppl"]

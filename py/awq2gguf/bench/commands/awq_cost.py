@@ -10,8 +10,8 @@ import click
 
 from ...assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ...builds import get_build
+from ...modes import TuneMode
 from ...paths import MODELS_DIR
-from ...tune import MODES
 from ..awq import awq2gguf
 from ..cli_shared import CALIB, JSON, THREADS, check_machine, finish, log
 from ..peak_rss import peak_disk
@@ -32,7 +32,7 @@ class AwqCostReport(Report):
     peak_rss_mib: float                 # the job and its children
     peak_disk_mib: float | None = None  # work files and OUT; reports before streaming did not measure it
     tune_steps: int = 0
-    tune_mode: str | None = None  # tune.MODES; None: no tuning (and reports before it)
+    tune_mode: str | None = None  # modes.TuneMode; None: no tuning (and reports before it)
     stages: list[tuple[str, float]] | None = None  # awq2gguf's stages and their seconds (None: reports before)
 
     def table(self) -> Table:
@@ -62,7 +62,8 @@ def _minutes(seconds: float) -> str:
               help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
 @CALIB
 @click.option("--tune-steps", type=click.IntRange(0), default=0, show_default=True, help="awq2gguf --tune-steps.")
-@click.option("--tune-mode", type=click.Choice(MODES), default="auto", show_default=True, help="awq2gguf --tune-mode.")
+@click.option("--tune-mode", type=click.Choice(TuneMode.values()), default=TuneMode.AUTO.value, show_default=True,
+              help="awq2gguf --tune-mode.")
 @THREADS
 @JSON
 def awq_cost(shape, calib_samples, calib_tokens, tune_steps, tune_mode, threads, as_json):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ...builds import get_build
-from ...proc_io import Awq2ggufError
+from ...errors import Awq2ggufError
 from .. import perplexity, plots, results
 from ..eval import evaluate_model
 from ..cli_shared import (DEV_MODEL, RUN_BUILD, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish,

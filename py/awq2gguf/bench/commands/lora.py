@@ -13,10 +13,10 @@ from ... import lora as lora_merge
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...convert import convert_hf_to_gguf
+from ...options import Options
 from ...paths import MODELS_DIR
-from ...pipeline import Options
 from .. import perplexity
-from ..awq import Made, awq2gguf, calibration_file
+from ..awq import CALIBRATION_FILE, Made, awq2gguf, calibration_file
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
     log
 from ..lora import make_adapter, training_lines
@@ -84,7 +84,7 @@ def lora(build_name, text, ctx, chunks, lines, steps, drop_blocks, threads, dev_
         merged = lora_merge.merge(model_dir, lora_merge.read_adapter(adapter), Path(tmp) / "merged")
         merged_f16 = convert_hf_to_gguf(merged, Path(tmp) / "merged-f16.gguf", "f16")
         calib = calibration_file(model_dir, text, Options.calib_samples, Options.calib_tokens,
-                                                 out_dir / "calibration.txt")
+                                                 out_dir / CALIBRATION_FILE)
         args = ["--calib", str(calib), "--threads", str(threads)]
         made = [Made("FP16", f16), Made("FP16 + adapter (merged)", merged_f16)]
         for label, name, extra in [

@@ -11,10 +11,10 @@ import click
 
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
+from ...modes import DropMethod
 from ...paths import MODELS_DIR
-from ...prune import METHODS
 from .. import perplexity, plots
-from ..awq import calibration_file
+from ..awq import CALIBRATION_FILE, calibration_file
 from ..eval import evaluate_model
 from ..cli_shared import BUILD, CALIB, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, \
     comma_ints, finish, log, progress
@@ -34,9 +34,10 @@ def _parse_counts(_ctx, _param, value: str) -> tuple[int, ...]:
 
 def _parse_methods(_ctx, _param, value: str) -> list[str]:
     methods = [m for m in value.split(",") if m]
-    bad = [m for m in methods if m not in METHODS]
+    bad = [m for m in methods if m not in DropMethod.values()]
     if bad or not methods:
-        raise click.BadParameter(f"unknown method {bad[0] if bad else '(none)'}: choose from {', '.join(METHODS)}")
+        raise click.BadParameter(f"unknown method {bad[0] if bad else '(none)'}: "
+                                 f"choose from {', '.join(DropMethod.values())}")
     return methods
 
 
@@ -93,9 +94,9 @@ class PruneReport(TextReport):
 @PERPLEXITY_TEXT
 @click.option("--counts", default="0,2,4,6,8", show_default=True, callback=_parse_counts,
               help="Numbers of blocks to drop (the unpruned file is always made: the speeds are against it).")
-@click.option("--methods", default=",".join(METHODS), show_default=True,
+@click.option("--methods", default=",".join(DropMethod.values()), show_default=True,
               callback=_parse_methods,
-              help=f"Comma-separated: {', '.join(METHODS)}.")
+              help=f"Comma-separated: {', '.join(DropMethod.values())}.")
 @CALIB
 @click.option("--limit", type=click.IntRange(min=1), default=250, show_default=True,
               help="First N validation items per multiple-choice task.")
@@ -118,7 +119,7 @@ def prune(build_name, text, ctx, chunks, counts, methods, calib_samples, calib_t
         build, model_dir, f16 = get_build(build_name), hf_folder(dev_model), f16_gguf(dev_model)
         out_dir = MODELS_DIR / "prune" / dev_model
         out_dir.mkdir(parents=True, exist_ok=True)
-        calib = calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / "calibration.txt")
+        calib = calibration_file(model_dir, text, calib_samples, calib_tokens, out_dir / CALIBRATION_FILE)
         args = ["--calib", str(calib), "--calib-samples", str(calib_samples), "--calib-tokens",
                 str(calib_tokens), "--threads", str(threads)]
         made = make_pruned(build, model_dir, out_dir, args, counts, methods, log)

@@ -1,9 +1,8 @@
 // STREAM-style memory bandwidth: read (sum), copy and triad over arrays far larger than the
 // caches, with OpenMP threads as set by OMP_NUM_THREADS. Prints best-of-N GB/s as JSON.
-// The arrays ask for transparent huge pages, as the patched ggml's weight buffers do (patch 0014):
-// with 4 KiB pages the page walks cap one core's bandwidth (a Zen 4 VM read 27-36 GB/s at 2
-// threads on 4 KiB pages, 35-64 on 2 MiB ones), and the bound would be the page size's, not the
-// memory's.
+// The arrays ask for transparent huge pages, as the patched ggml's weight buffers do (patch 0016):
+// with 4 KiB pages the page walks cap one core's bandwidth, and the bound would be the page size's,
+// not the memory's (bench/results/README.md, section "Zen 4 AVX-512 host").
 // huge_page_kib says how much of the arrays the kernel put on huge pages.
 // Usage: stream N_ELEMENTS REPEATS
 #include <omp.h>
