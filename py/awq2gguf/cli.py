@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import click
 from rich.console import Console
@@ -19,32 +17,9 @@ from .metadata import Key
 from .modes import DropMethod, Engine, Precision, QType, TuneInput, TuneLoss, TuneMode, TuneParams
 from .options import Options, OptionsError, default
 from .pipeline import Summary, run
-from .progress import OnProgress
+from .progress import RichProgress
 
 err = Console(stderr=True)
-
-
-class RichProgress:
-    """progress.Progress drawn with rich: one line per finished stage with its time; a live bar for
-    stages that count steps."""
-
-    def __init__(self, progress: Progress):
-        self.progress = progress
-
-    @contextmanager
-    def stage(self, description: str, total: int | None = None) -> Iterator[OnProgress]:
-        task = self.progress.add_task(description, total=total)
-        started = time.perf_counter()
-
-        def update(done: int, note: str | None = None) -> None:
-            self.progress.update(task, completed=done, **({"description": f"{description}: {note}"} if note else {}))
-
-        yield update
-        self.progress.remove_task(task)
-        err.print(f"[green]done[/] {description} [dim]({time.perf_counter() - started:.1f} s)[/]")
-
-    def note(self, text: str) -> None:
-        err.print(text)
 
 
 def _grid(_ctx, _param, steps: int) -> tuple[float, ...]:

@@ -39,7 +39,7 @@ class Made:
     stages: tuple[tuple[str, float], ...] = ()  # awq2gguf's: each finished stage and its seconds
 
 
-# awq2gguf's line for each finished stage (cli.RichProgress), as rich prints it to a pipe.
+# awq2gguf's line for each finished stage (progress.RichProgress), as rich prints it to a pipe.
 _STAGE_DONE = re.compile(r"^done (.+) \((\d+(?:\.\d+)?) s\)$")
 # The file calibration_file writes in a bench's output folder.
 CALIBRATION_FILE = "calibration.txt"

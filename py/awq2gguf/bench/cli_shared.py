@@ -17,6 +17,7 @@ from ..builds import BENCH_BUILD_NAMES, BUILD_NAMES, get_build
 from .. import cli_options
 from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
+from ..progress import RichProgress, ticks
 from . import results, tables
 from .machine import busy_warning, threads_warning
 from .models import quantized_by, synthetic_f16
@@ -86,10 +87,9 @@ def check_text(text: Path) -> None:
 
 @contextmanager
 def progress(label: str, total: int):
-    with Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda: bar.advance(task)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=err, transient=True) as bar, RichProgress(bar, say_done=False).stage(label, total) as stage:
+        yield ticks(stage)
 
 
 def check_machine(threads: int) -> str | None:
