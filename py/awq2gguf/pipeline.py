@@ -48,7 +48,7 @@ class NotEnoughDisk(Awq2ggufError):
 class Summary:
     out: Path
     calibration: str = ""
-    precision: str = ""  # "fp32" or "bf16" (opts.precision resolved)
+    precision: str = ""  # opts.precision resolved: fp32 or bf16
     mean_alpha: float | None = None  # over the groups kept
     groups_kept: tuple[int, int] | None = None  # (kept, searched) scaling groups
     clipped: tuple[int, int] | None = None  # (blocks and output matrix clipped, all of them)
@@ -60,7 +60,7 @@ class Summary:
     check_tuned_kld: float | None = None  # ... and after
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
     dropped: prune.Dropped | None = None
-    tune_mode: str | None = None  # "model" or "blocks" (tune.choose_mode), None: no tuning
+    tune_mode: TuneMode | None = None  # model or blocks (tune.choose_mode), None: no tuning
     tune_why: str = ""  # ... and why
     tune_lr_grid: float | None = None  # the peak learning rate in Q4_0 grid steps: --tune-lr, else the mode's
     tune_losses: list[float] = field(default_factory=list)  # whole-model: distillation loss of each step
@@ -281,9 +281,9 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
     return kl_divergence(torch.load(work / REFERENCE_FILE), folded)
 
 
-def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: str, steps: int,
+def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: TuneParams, steps: int,
           lr_grid: float, opts: Options, progress: Progress) -> tuple[list[float], float]:
-    """Tune the folded model's `params` (tune.PARAMS), all in memory, and save what trained; each
+    """Tune the folded model's `params`, all in memory, and save what trained; each
     step's loss and the peak learning rate in weight units."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):

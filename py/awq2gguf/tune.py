@@ -53,7 +53,7 @@ class TuneError(Awq2ggufError):
     pass
 
 
-def choose_mode(mode: str, params: str, n_params: int, available: int) -> tuple[str, str]:
+def choose_mode(mode: TuneMode, params: TuneParams, n_params: int, available: int) -> tuple[TuneMode, str]:
     """The tuning mode for a model of n_params weights on a machine with `available` bytes of free
     memory, and why: `mode` if it is not "auto"; the whole model for params "norms" (block-wise
     tuning trains matrices); else the whole model if its tuning's estimated peak fits in
@@ -101,7 +101,7 @@ def teacher(model: nn.Module, input_ids: torch.Tensor, weights: Weights = RESIDE
     return Teacher(top.reshape(n, t, TOP_K), ids.reshape(n, t, TOP_K), rest.reshape(n, t), target.reshape(n, t - 1))
 
 
-def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, loss: str = TuneLoss.KL) -> torch.Tensor:
+def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, loss: TuneLoss = TuneLoss.KL) -> torch.Tensor:
     """Mean over the sequences `rows` of the teacher's KL divergence to logits (len(rows), T, vocab)
     over TOP_K + 1 outcomes, per token: averaged (kl), or weighted by the softmax over the sequence of
     the teacher's cross-entropy on the next token over TSLD_TEMPERATURE (tsld: tokens the teacher
@@ -119,7 +119,7 @@ def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, los
     return (kl * scale).sum(-1).mean()
 
 
-def trains_tied_output(model: nn.Module, params: str) -> bool:
+def trains_tied_output(model: nn.Module, params: TuneParams) -> bool:
     """Whether tuning trains the output matrix, which is then the embedding table too (tied).
     AWQ can only clip a tied output matrix (an untied one gets scales through the final norm), and
     there training it pays; training an untied one changed nothing, for more time and memory
@@ -127,7 +127,7 @@ def trains_tied_output(model: nn.Module, params: str) -> bool:
     return params == TuneParams.ALL and output_is_tied(model)
 
 
-def _trainable(model: nn.Module, params: str) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+def _trainable(model: nn.Module, params: TuneParams) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
     """What trains: the weights that go through the fake quantizer (none with "norms"), the decoder
     blocks' matrices and a tied output matrix (one tensor, the embedding table too); and the
     parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
@@ -208,7 +208,7 @@ class ThroughQ4_0:
 
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
-         params: str = TuneParams.ALL, loss: str = TuneLoss.KL, seed: int = 0,
+         params: TuneParams = TuneParams.ALL, loss: TuneLoss = TuneLoss.KL, seed: int = 0,
          on_progress: OnProgress = no_progress) -> list[float]:
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
