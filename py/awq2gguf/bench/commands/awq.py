@@ -60,11 +60,13 @@ class AwqReport(TextReport):
     fp16_ppl: float
     rows: list[AwqRow]
     dev_model: str | None = None  # reports before the second development model have none
+    reference: str | None = None  # where the FP16's weights come from (reports before issue 59 have none)
     ROWS = {"rows": AwqRow}
 
     def table(self) -> Table:
+        origin = f", {self.reference}" if self.reference else ""
         title = (f"all-Q4_0 {self.model} on the {self.build} build: perplexity over {self.chunks} x "
-                 f"{self.ctx} tokens (FP16: {self.fp16_ppl:.3f}), KLD vs FP16; calibration "
+                 f"{self.ctx} tokens (FP16{origin}: {self.fp16_ppl:.3f}), KLD vs FP16; calibration "
                  f"{self.calib_samples} x {self.calib_tokens} tokens")
         headers = ["method", "size MiB", "PPL", "KLD", "same top %", "PPL gap closed %", "make s", "peak RSS MiB"]
         rows = [[r.model, f"{r.size_mib:.1f}", f"{r.ppl:.3f}", f"{r.kld:.4f}", f"{r.same_top_p:.2f}",
@@ -102,7 +104,8 @@ class AwqReport(TextReport):
 def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list,
         autoround_iters, precisions, threads, dev_model, as_json):
     """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
-    calibration file and with self-sampled text, AutoAWQ), with perplexity and KLD against its
+    calibration file and with self-sampled text, AutoAWQ; stock IQ4_NL and Q4_K_M with the imatrix
+    beside them: compare those on a NAME-permuted twin), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
     each took to make."""
     check_text(text)
@@ -127,5 +130,6 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         rows = measured_rows(made, fp16_ppl, lambda m: perplexity.against_base(build, m, base_logits, threads))
     report = AwqReport(kind="awq", model=DEV_MODELS[dev_model].title, dev_model=dev_model, build=build_name,
                        text=str(text), ctx=ctx, chunks=chunks, calib_samples=calib_samples, calib_tokens=calib_tokens,
-                       seeds=list(seeds), fp16_ppl=fp16_ppl, busy_warning=busy, rows=rows)
+                       seeds=list(seeds), fp16_ppl=fp16_ppl, busy_warning=busy, rows=rows,
+                       reference=DEV_MODELS[dev_model].reference)
     finish(report, as_json)
