@@ -173,6 +173,42 @@ def test_untie_output_adds_a_separate_output_matrix(tiny_hf, calib_text, tmp_pat
     assert reader.fields[Key.UNTIE_OUTPUT.gguf].contents() is True
 
 
+@pytest.mark.parametrize("arch,shape", [("Qwen2ForCausalLM", "tiny-tied"), ("LlamaForCausalLM", "tiny-untied")])
+def test_output_type_q8_0_keeps_the_output_matrix_in_q8_0(tiny_hf, calib_text, builds, tmp_path, arch, shape):
+    """--output-type q8_0: the output matrix (a tied model's token_embd) is ggml's Q8_0 of the
+    model's own, every other matrix Q4_0; the file is larger by what the command says, records the
+    choice, and is nearer the FP model than the all-Q4_0 file made the same way."""
+    model_dir = tiny_hf(arch, shape)
+    files = {kind: tmp_path / f"{kind}.gguf" for kind in ("q4_0", "q8_0")}
+    printed = {}
+    for kind, out in files.items():
+        result = run(model_dir, out, "--calib", calib_text, "--output-type", kind, *FAST)
+        assert result.exit_code == 0, result.output
+        printed[kind] = " ".join(result.output.split())
+        assert GGUFReader(out).fields[Key.OUTPUT_TYPE.gguf].contents() == kind
+    reader = GGUFReader(files["q8_0"])
+    output = "token_embd.weight" if shape == "tiny-tied" else "output.weight"
+    types = {t.name: t.tensor_type for t in reader.tensors if len([d for d in t.shape if d > 1]) == 2}
+    assert types.pop(output) == GGMLQuantizationType.Q8_0
+    assert set(types.values()) == {GGMLQuantizationType.Q4_0}
+    # Nothing searched or folded into it: exactly the Q8_0 of the checkpoint's F16-rounded matrix.
+    from safetensors.torch import load_file
+    from awq2gguf.q8_0 import q8_0_fake_quant
+    from gguf.quants import dequantize
+
+    tensors = load_file(model_dir / "model.safetensors")
+    fp = tensors.get("lm_head.weight", tensors["model.embed_tokens.weight"]).float().half().float()
+    stored = next(t for t in reader.tensors if t.name == output)
+    assert np.array_equal(dequantize(stored.data, stored.tensor_type).reshape(fp.shape), q8_0_fake_quant(fp).numpy())
+    extra = fp.numel() // 32 * (34 - 18)
+    assert abs(files["q8_0"].stat().st_size - files["q4_0"].stat().st_size - extra) < 64
+    assert f"output matrix in Q8_0: {extra / 2**20:.1f} MiB of it" in printed["q8_0"]
+    fp_out = fp_logits(model_dir)
+    for build in builds.values():
+        kl4, kl8 = (kl_to(fp_out, llama_cpp_logits(build, f, PROMPT_IDS)) for f in files.values())
+        assert kl8 < kl4, (build.name, kl8, kl4)
+
+
 def test_a_search_that_loses_the_final_check_writes_plain_q4_0(tiny_hf, calib_text, builds, tmp_path, monkeypatch):
     """Whatever the search did, if the model is further from FP than plain Q4_0 on the held-out
     samples, OUT is plain Q4_0 of the original weights, and says so."""

@@ -66,6 +66,10 @@ def test_awq2gguf_takes_every_field_of_options():
     ({"tune_steps": 2, "build": "stock"}, "--tune-steps trains for the all-Q4_0 file"),
     ({"tune_mode": "blocks", "tune_params": "norms"}, "--tune-params norms trains the whole model's norms"),
     ({"tune_norms_steps": 2}, "--tune-norms-steps follows block-wise tuning"),
+    ({"output_type": "q8_0", "qtype": "Q4_K_M"}, "--output-type q8_0 is for the all-Q4_0 file"),
+    ({"output_type": "q8_0", "engine": "autoawq"}, "--output-type q8_0 is for the all-Q4_0 file"),
+    ({"quality": "best", "tune_steps": 8}, "--quality best chooses --tune-steps and --tune-mode"),
+    ({"quality": "best", "build": "stock"}, "--quality best tunes for the all-Q4_0 file"),
 ])
 def test_options_and_the_command_line_refuse_the_same_combinations(tiny_hf, tmp_path, given, message):
     with pytest.raises(OptionsError, match=message):

@@ -9,12 +9,12 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from . import tune, tune_blocks
+from . import quality, tune, tune_blocks
 from .awq.layout import SUPPORTED_ARCHITECTURES
 from .cli_base import Command
 from .cli_options import THREADS, build_option, comma_ints, field_option, options
 from .metadata import Key
-from .modes import DropMethod, Engine, Precision, QType, TuneInput, TuneLoss, TuneMode, TuneParams
+from .modes import DropMethod, Engine, OutputType, Precision, QType, Quality, TuneInput, TuneLoss, TuneMode, TuneParams
 from .options import Options, OptionsError, default
 from .pipeline import Summary, run
 from .progress import RichProgress
@@ -120,6 +120,14 @@ OPTIONS = options(
     field_option("untie_output", "--untie-output", is_flag=True,
                  help="Give tied models a separate output matrix so AWQ can scale it (costs one more vocab x hidden "
                       "Q4_0 tensor)."),
+    field_option("output_type", "--output-type", type=click.Choice(OutputType.values()),
+                 help="The output matrix's type in the all-Q4_0 OUT (a tied model's embedding table with it): q8_0 "
+                      "costs vocabulary x hidden / 2 more bytes for a lower error (AutoRound's gguf:q4_0 makes the "
+                      "same trade); recorded in the metadata."),
+    field_option("quality", "--quality", type=click.Choice(Quality.values()),
+                 help="fast: AWQ with compensated rounding on --calib-samples (minutes). best: also block-wise "
+                      f"tuning, {quality.described()} (tens of minutes to hours on 2 cores; it prints what it chose "
+                      "and the time it should take). A --calib-samples other than the default is kept."),
     field_option("grid", "--alpha-steps", type=int, default=len(default("grid")) - 1, callback=_grid,
                  help="Scale exponent grid: alpha = 0, 1/N, ..., 1; 0: no scales (plain rounding, clipped and "
                       "compensated if those are on)."),
@@ -162,7 +170,9 @@ def main(model_dir: Path, out: Path, **given):
     _print_tuning(summary)
     _print_checks(summary)
     size = out.stat().st_size / 2**20
-    err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {opts.qtype}) in {time.perf_counter() - started:.0f} s")
+    kind = opts.qtype if summary.output_q8_0_bytes is None else (
+        f"{opts.qtype}, output matrix in Q8_0: {summary.output_q8_0_bytes / 2**20:.1f} MiB of it")
+    err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {kind}) in {time.perf_counter() - started:.0f} s")
 
 
 def _print_search(summary: Summary) -> None:

@@ -7,6 +7,7 @@ version string), so it runs in a child process with that package first on PYTHON
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -30,13 +31,16 @@ def vendored_gguf_env(**extra: str) -> dict[str, str]:
     return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(filter(None, path))}
 
 
-def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16", metadata: dict[str, str] | None = None) -> Path:
+def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16", metadata: dict[str, str] | None = None,
+                       tensor_types: dict[str, str] | None = None) -> Path:
     """Convert model_dir to an `outtype` GGUF at out, with metadata items added last ({key:
-    "TYPE:VALUE"}, as llama-quantize's --override-kv); out appears only when complete."""
+    "TYPE:VALUE"}, as llama-quantize's --override-kv) and the tensors named in tensor_types ({GGUF
+    name: type}) in their own type (patch 0024); out appears only when complete."""
     if not CONVERTER.is_file():
         raise ConvertError(f"{CONVERTER} not found: run `make vendor` first")
     with atomic_path(out) as tmp:
         cmd = [sys.executable, str(CONVERTER), str(model_dir), "--outfile", str(tmp), "--outtype", outtype,
-               *override_kv_args(metadata)]
+               *override_kv_args(metadata),
+               *(a for name, qtype in (tensor_types or {}).items() for a in ("--tensor-type", f"^{re.escape(name)}$={qtype}"))]
         run_tool(cmd, f"convert_hf_to_gguf.py on {model_dir}", vendored_gguf_env(), ConvertError)
     return Path(out)

@@ -26,6 +26,19 @@ class QType(Choices):
         return next((m for m in cls if isinstance(value, str) and m.value == value.upper()), None)
 
 
+class OutputType(Choices):
+    """The output matrix's type in an all-Q4_0 OUT (a tied model's embedding table with it): Q4_0 like
+    every other matrix, or Q8_0, the trade AutoRound's gguf:q4_0 makes (more bytes, less error)."""
+    Q4_0 = "q4_0"
+    Q8_0 = "q8_0"
+
+
+class Quality(Choices):
+    """fast: the default job; best: the settings measured best for the model's size (quality.py)."""
+    FAST = "fast"
+    BEST = "best"
+
+
 class Engine(Choices):
     """Whose search makes the scales: ours, or AutoAWQ's (engines/autoawq.py)."""
     AWQ2GGUF = "awq2gguf"

@@ -11,7 +11,8 @@ from typing import Any
 from .awq.search import DEFAULT_GRID
 from .builds import BUILD_NAMES
 from .host import physical_cores
-from .modes import Choices, DropMethod, Engine, Precision, QType, TuneInput, TuneLoss, TuneMode, TuneParams
+from .modes import (Choices, DropMethod, Engine, OutputType, Precision, QType, Quality, TuneInput, TuneLoss, TuneMode,
+                    TuneParams)
 
 
 class OptionsError(ValueError):
@@ -49,6 +50,8 @@ class Options:
     clip: bool = True
     compensate: bool = True  # GPTQ-style error-compensated rounding after the scales
     untie_output: bool = False
+    output_type: OutputType = OutputType.Q4_0
+    quality: Quality = Quality.FAST  # best: quality.resolve sets the calibration and tuning for the model's size
     grid: tuple[float, ...] = DEFAULT_GRID  # the AWQ scale exponents searched
     engine: Engine = Engine.AWQ2GGUF
     build: str = "patched"  # builds.BUILD_NAMES
@@ -76,6 +79,14 @@ class Options:
             raise OptionsError("dropping blocks works with --engine awq2gguf only")
         if self.tune_steps and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
             raise OptionsError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
+                               "and --engine awq2gguf")
+        if self.output_type == OutputType.Q8_0 and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
+            raise OptionsError("--output-type q8_0 is for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
+                               "and --engine awq2gguf")
+        if self.quality == Quality.BEST and (self.tune_steps or self.tune_mode != TuneMode.AUTO):
+            raise OptionsError("--quality best chooses --tune-steps and --tune-mode: give those or --quality best")
+        if self.quality == Quality.BEST and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
+            raise OptionsError("--quality best tunes for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
                                "and --engine awq2gguf")
         if self.tune_mode == TuneMode.BLOCKS and self.tune_params == TuneParams.NORMS:
             raise OptionsError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto "

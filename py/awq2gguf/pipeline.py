@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from . import __version__, calibration, checkpoint, lora, metadata, prune, tune, tune_blocks
+from . import __version__, calibration, checkpoint, lora, metadata, prune, quality, tune, tune_blocks
 from .builds import get_build
 from .convert import convert_hf_to_gguf
 from .host import available_memory, resolve_precision
 from .errors import Awq2ggufError
 from .metadata import Key
-from .modes import Engine, Precision, QType, TuneInput, TuneMode, TuneParams
+from .modes import Engine, OutputType, Precision, QType, Quality, TuneInput, TuneMode, TuneParams
 from .options import Options
 from .progress import NoProgress, Progress
 from .q4_0 import BLOCK
@@ -59,6 +59,7 @@ class Summary:
     check_untuned_kld: float | None = None  # with tuning: of AWQ's weights before it
     check_tuned_kld: float | None = None  # ... and after
     fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
+    output_q8_0_bytes: int | None = None  # --output-type q8_0: the bytes it adds to the all-Q4_0 file
     dropped: prune.Dropped | None = None
     tune_mode: TuneMode | None = None  # model or blocks (tune.choose_mode), None: no tuning
     tune_why: str = ""  # ... and why
@@ -96,6 +97,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         Key.CLIP: opts.clip,
         Key.COMPENSATE: opts.compensate,
         Key.UNTIE_OUTPUT: opts.untie_output,
+        Key.OUTPUT_TYPE: opts.output_type,
         Key.PRECISION: summary.precision or None,
         Key.CHECK_KLD: summary.check_kld,
         Key.CHECK_PLAIN_KLD: summary.check_plain_kld,
@@ -378,7 +380,8 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.work-", dir=out.parent))
     try:
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
-        streamed = StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
+        streamed = _streamed(model_dir, work, opts)
+        opts = _resolve_quality(streamed, opts, progress)
         _check_disk(streamed, out, opts)
         if opts.tune_steps:
             _plan_tuning(streamed, opts, progress, summary)
@@ -399,10 +402,32 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
             folded = _search_tune_and_check(streamed, calib, opts, work, progress, summary, teacher)
-        _write_out(folded, out, build, opts, work, progress, provenance(opts, calib, summary, adapter))
+        _write_out(folded, out, build, opts, work, progress, provenance(opts, calib, summary, adapter),
+                   _tensor_types(streamed, opts, summary))
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _resolve_quality(streamed: StreamedModel, opts: Options, progress: Progress) -> Options:
+    """With --quality best, the job's settings for this model's size, said with the time they should take."""
+    if opts.quality == Quality.FAST:
+        return opts
+    n_params = streamed.n_params()
+    resolved = quality.resolve(opts, n_params)
+    n_block_params = sum(p.numel() for p in streamed.model.model.layers.parameters())
+    progress.note(quality.chosen(resolved, n_params, n_block_params))
+    return resolved
+
+
+def _tensor_types(streamed: StreamedModel, opts: Options, summary: Summary) -> dict[str, str]:
+    """The converter's types for the tensors not in Q4_0 (the output matrix with --output-type q8_0;
+    llama.cpp's output is a tied model's token_embd), and what that costs said in the summary."""
+    if opts.output_type == OutputType.Q4_0:
+        return {}
+    rows, cols = streamed.head.weight.shape
+    summary.output_q8_0_bytes = rows * cols // BLOCK * (34 - 18)  # a Q8_0 block of 32 takes 34 bytes, Q4_0's 18
+    return {"token_embd.weight" if streamed.tied else "output.weight": opts.output_type}
 
 
 def _plan_tuning(streamed: StreamedModel, opts: Options, progress: Progress, summary: Summary) -> None:
@@ -426,7 +451,12 @@ def _merge_lora(model_dir: Path, streamed: StreamedModel, adapter: lora.Adapter,
     with progress.stage(f"merging the LoRA adapter {adapter.name} (rank {adapter.rank})",
                         len(streamed.parts)) as done:
         merged = lora.merge(model_dir, adapter, work / "merged", on_progress=done)
-    return merged, StreamedModel(merged, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
+    return merged, _streamed(merged, work, opts)
+
+
+def _streamed(model_dir: Path, work: Path, opts: Options) -> StreamedModel:
+    return StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out,
+                         output_q8_0=opts.output_type == OutputType.Q8_0)
 
 
 def _before_dropping_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
@@ -445,12 +475,12 @@ def _before_dropping_blocks(streamed: StreamedModel, calib: calibration.Calibrat
 
 
 def _write_out(folded: Path, out: Path, build, opts: Options, work: Path, progress: Progress,
-               made_how: dict[str, str]) -> None:
+               made_how: dict[str, str], tensor_types: dict[str, str]) -> None:
     """OUT from the folded folder: written by the converter (all-Q4_0), or through an F32 GGUF and
     the build's llama-quantize."""
     if opts.converter_writes_out:
         with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
-            convert_hf_to_gguf(folded, out, "q4_0", made_how)
+            convert_hf_to_gguf(folded, out, "q4_0", made_how, tensor_types)
     else:
         with progress.stage("converting to an F32 GGUF (vendored convert_hf_to_gguf.py)"):
             # F32, so llama-quantize sees exactly the weights the search quantized.

@@ -2,8 +2,9 @@
 
 After AWQ, the folded model's matrices lie on the Q4_0 grid. Tuning goes on from there, the whole
 model in memory: every decoder-block matrix, and a tied output matrix (the embedding table, in both
-its uses), is passed through q4_0_fake_quant on the way forward (the gradient goes straight through
-to its FP32 latent copy), an untied output matrix and embedding table are Q4_0 and frozen, and the
+its uses; not when the file keeps it in Q8_0), is passed through q4_0_fake_quant on the way forward
+(the gradient goes straight through to its FP32 latent copy), an untied output matrix and embedding
+table are frozen on their grids (Q4_0, or the output's Q8_0: q8_0.fake_quant), and the
 loss is the KL divergence from the FP model's next-token
 distribution (the teacher), per token. What is saved is the latent weights: their round-to-nearest
 Q4_0, which the converter writes, is exactly the model that was trained.
@@ -30,6 +31,7 @@ from .errors import Awq2ggufError
 from .modes import TuneLoss, TuneMode, TuneParams
 from .progress import OnProgress, no_progress
 from .q4_0 import BLOCK, q4_0_fake_quant
+from .q8_0 import fake_quant, in_q8_0
 
 # The teacher's log-probabilities kept per token: 256 gave both development models a lower KLD to FP
 # than 64 (bench/results/README.md, Quantization-aware tuning with distillation).
@@ -124,7 +126,7 @@ def trains_tied_output(model: nn.Module, params: TuneParams) -> bool:
     AWQ can only clip a tied output matrix (an untied one gets scales through the final norm), and
     there training it pays; training an untied one changed nothing, for more time and memory
     (bench/results/README.md, Quantization-aware tuning with distillation)."""
-    return params == TuneParams.ALL and output_is_tied(model)
+    return params == TuneParams.ALL and output_is_tied(model) and not in_q8_0(model.get_output_embeddings())
 
 
 def _trainable(model: nn.Module, params: TuneParams) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
@@ -213,12 +215,12 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
     epochs; returns each step's loss. Afterwards the matrices hold their latent FP32 weights; an
-    untied embedding table and output matrix hold their Q4_0 values."""
+    untied embedding table and output matrix hold their quantized values."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     with torch.no_grad():
         for m in {embed, head}:
-            m.weight.data = q4_0_fake_quant(m.weight.data)
+            m.weight.data = fake_quant(m, m.weight.data)
     for p in model.parameters():
         p.requires_grad_(False)
     model.to(device)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .awq.forward import (PRODUCTS, BlockKwargs, Weights, fake_quantized, first_block_input, products_in,
-                          q4_0_embedded, run)
+                          quantized_embedded, run)
 from .modes import Precision
 from .progress import OnProgress, no_progress
 from .tune import ThroughQ4_0, batches, grid_step
@@ -60,7 +60,7 @@ class _Stream:
     def start(cls, model: nn.Module, input_ids: torch.Tensor, original: Weights, folded: Weights,
               own_input: bool) -> "_Stream":
         fp, kwargs = first_block_input(model, input_ids, original)
-        quantized = q4_0_embedded(model, first_block_input(model, input_ids, folded)[0]) if own_input else None
+        quantized = quantized_embedded(model, first_block_input(model, input_ids, folded)[0]) if own_input else None
         return cls(fp, quantized, kwargs)
 
     @property

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from ..progress import OnProgress, no_progress
+from ..q8_0 import in_q8_0
 from .compensate import compensate
 from .fold import fold_scales
 from .forward import (RESIDENT, BlockKwargs, Weights, first_block_input, output_modules, products_in, run,
@@ -246,9 +247,12 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
         weights.save(layer)
         on_progress(i + 1)
     outputs = output_modules(model)
-    weights.load(*outputs)
-    groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples, products)
-    weights.save(*outputs)
+    if in_q8_0(outputs[1]):  # nothing to search for Q8_0's grid, 16 times finer
+        groups, clipped, comp = [], False, False
+    else:
+        weights.load(*outputs)
+        groups, clipped, comp = _choose_output(model, x, grid, clip, compensated, objective_samples, products)
+        weights.save(*outputs)
     result.groups += groups
     result.clipped.append(clipped)
     result.compensated.append(comp)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..q4_0 import q4_0_fake_quant
+from ..q8_0 import fake_quant
 from .guard import log_probs
 
 
@@ -116,12 +117,13 @@ def run(layer: nn.Module, x: torch.Tensor, kwargs: BlockKwargs) -> torch.Tensor:
     return out[0] if isinstance(out, tuple) else out
 
 
-def q4_0_embedded(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """The first block's input x as the all-Q4_0 model has it: rows of the Q4_0 token embeddings,
+def quantized_embedded(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """The first block's input x as the GGUF has it: rows of the Q4_0 (or Q8_0) token embeddings,
     times the scale the embeddings multiply by (Gemma's sqrt(hidden size), else 1). Rows are
     quantized on their own: quantizing the rows looked up is quantizing the table."""
-    scale = getattr(model.get_input_embeddings(), "scalar_embed_scale", 1.0)
-    return q4_0_fake_quant(x / scale) * scale
+    embed = model.get_input_embeddings()
+    scale = getattr(embed, "scalar_embed_scale", 1.0)
+    return fake_quant(embed, x / scale) * scale
 
 
 @contextmanager
@@ -168,8 +170,8 @@ def _cat(parts: list):
 def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[bool, ...],
                     weights: Weights = RESIDENT, keep: Callable = lambda lp, _ids: lp) -> list:
     """Log-probabilities (tokens, vocab) of every position of input_ids, one tensor per entry of
-    `quantized`: the FP model (False) or the all-Q4_0 one (True: every linear, the token
-    embeddings and the output matrix Q4_0, as the GGUF will be). Sequences run one at a time;
+    `quantized`: the FP model (False) or the quantized one (True: every linear, the token
+    embeddings and the output matrix Q4_0, or the output in Q8_0, as the GGUF will be). Sequences run one at a time;
     each part's weights are loaded once for all the variants. keep(log-probs, ids) reduces each
     sequence's (a tensor or a tuple of them, concatenated over the sequences in place of the
     log-probabilities)."""
@@ -177,7 +179,7 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
     weights.load(embed)
     inputs = [_first_block_input(model, row[None]) for row in input_ids]  # one sequence at a time
     weights.release(embed)
-    states = [[q4_0_embedded(model, x) if q else x for x, _ in inputs] for q in quantized]
+    states = [[quantized_embedded(model, x) if q else x for x, _ in inputs] for q in quantized]
     for layer in model.model.layers:
         weights.load(layer)
         for q, xs in zip(quantized, states):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..q4_0 import q4_0_fake_quant
+from ..q8_0 import fake_quant
 from .search import ROWS_PER_STEP, clamp_blocks
 
 # Tokens per step when scoring a vocabulary-wide output: a (tokens, vocab) FP32 block at a time.
@@ -27,7 +27,7 @@ TOKENS_PER_STEP = 256
 
 
 def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool, clip: torch.Tensor | None) -> torch.Tensor:
-    """x's logits; a Q4_0 head is quantized ROWS_PER_STEP rows at a time (clamped to clip first,
+    """x's logits; a quantized head (Q4_0, or Q8_0 where kept so) is quantized ROWS_PER_STEP rows at a time (clamped to clip first,
     if given), so that no quantized or clamped copy of a vocabulary-wide matrix exists (for a
     tied 3B model it would be 1.2 GB)."""
     if not quantize_head:
@@ -35,7 +35,7 @@ def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool, clip: torch.T
     rows = head.weight.split(ROWS_PER_STEP)
     biases = head.bias.split(ROWS_PER_STEP) if head.bias is not None else [None] * len(rows)
     clips = clip.split(ROWS_PER_STEP) if clip is not None else [None] * len(rows)
-    return torch.cat([F.linear(x, q4_0_fake_quant(w if c is None else clamp_blocks(w, c)), b)
+    return torch.cat([F.linear(x, fake_quant(head, w if c is None else clamp_blocks(w, c)), b)
                       for w, b, c in zip(rows, biases, clips)], dim=-1)
 
 

@@ -1,0 +1,71 @@
+"""`--quality best`: the settings measured best for the model's size, and about how long they take.
+
+`fast` is the default job (AWQ, compensated rounding, 16 calibration samples, no tuning). `best` adds
+block-wise tuning on more calibration text, sized so the job stays within hours on two cores
+(bench/results/README.md, "Against the formats users pick"): the table below, by the model's weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from .modes import Quality, TuneMode
+from .options import Options
+
+
+@dataclass(frozen=True)
+class Preset:
+    up_to: float  # weights in the model, at most
+    calib_samples: int
+    tune_steps: int  # per block
+
+
+BEST = (Preset(1.0e9, calib_samples=128, tune_steps=64),
+        Preset(4.0e9, calib_samples=128, tune_steps=32),
+        Preset(float("inf"), calib_samples=16, tune_steps=32))
+
+# Seconds per weight of the decoder blocks, at 2 threads, as measured on the Qwen2.5-1.5B shape's
+# block-wise job (bench awq-cost; bench/results/README.md): the AWQ search per calibration sample,
+# block-wise tuning (bf16) per step, and sampling the calibration text per weight of the whole
+# model and token. They put the 7B job at 133 min where it took 150.
+AWQ_PER_SAMPLE = 1.14e-8
+TUNE_PER_STEP = 3.0e-8
+SAMPLE_PER_TOKEN = 1.4e-11
+
+
+def described() -> str:
+    """BEST in words, for --help."""
+    sizes = [f"up to {p.up_to / 1e9:g}B weights" if p.up_to != float("inf") else "above" for p in BEST]
+    return ", ".join(f"{p.calib_samples} samples and {p.tune_steps} steps per block {size}"
+                     for p, size in zip(BEST, sizes))
+
+
+def preset(n_params: int) -> Preset:
+    return next(p for p in BEST if n_params <= p.up_to)
+
+
+def resolve(opts: Options, n_params: int) -> Options:
+    """The job --quality best asks for on a model of n_params weights, its settings spelled out (a
+    --calib-samples other than the default is kept); opts as they are for fast."""
+    if opts.quality == Quality.FAST:
+        return opts
+    p = preset(n_params)
+    samples = p.calib_samples if opts.calib_samples == Options.calib_samples else opts.calib_samples
+    return dataclasses.replace(opts, quality=Quality.FAST, calib_samples=samples, tune_steps=p.tune_steps,
+                               tune_mode=TuneMode.BLOCKS)
+
+
+def expected_seconds(opts: Options, n_params: int, n_block_params: int) -> float:
+    """About how long the AWQ search, the tuning and (without --calib) the sampling take."""
+    seconds = n_block_params * (AWQ_PER_SAMPLE * opts.calib_samples + TUNE_PER_STEP * opts.tune_steps)
+    if opts.calib is None:
+        seconds += SAMPLE_PER_TOKEN * n_params * (opts.calib_samples + opts.calib_held_out) * opts.calib_tokens
+    return seconds * 2 / opts.threads
+
+
+def chosen(opts: Options, n_params: int, n_block_params: int) -> str:
+    """What --quality best chose, and the time it should take, in one line."""
+    minutes = expected_seconds(opts, n_params, n_block_params) / 60
+    return (f"--quality best for {n_params / 1e9:.2g}B weights: --calib-samples {opts.calib_samples} "
+            f"--tune-steps {opts.tune_steps} --tune-mode blocks; expected about {minutes:.0f} min at {opts.threads} threads")
