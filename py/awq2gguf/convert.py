@@ -41,6 +41,7 @@ def convert_hf_to_gguf(model_dir: Path, out: Path, outtype: str = "f16", metadat
     with atomic_path(out) as tmp:
         cmd = [sys.executable, str(CONVERTER), str(model_dir), "--outfile", str(tmp), "--outtype", outtype,
                *override_kv_args(metadata),
-               *(a for name, qtype in (tensor_types or {}).items() for a in ("--tensor-type", f"^{re.escape(name)}$={qtype}"))]
+               *(a for name, qtype in (tensor_types or {}).items()
+                 for a in ("--tensor-type", f"^{re.escape(name)}$={qtype}"))]
         run_tool(cmd, f"convert_hf_to_gguf.py on {model_dir}", vendored_gguf_env(), ConvertError)
     return Path(out)

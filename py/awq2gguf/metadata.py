@@ -41,7 +41,7 @@ class Key(StrEnum):
     CLIP = "clip", bool, "clipping ranges were searched (--clip)"
     COMPENSATE = "compensate", bool, "rounding pushed each column's error onto the next (--compensate)"
     UNTIE_OUTPUT = "untie_output", bool, "a tied output matrix got its own copy (--untie-output)"
-    OUTPUT_TYPE = "output_type", str, "the output matrix's type (a tied model's embeddings too): q4_0 or q8_0 (--output-type)"
+    OUTPUT_TYPE = "output_type", str, "the output matrix's type, a tied one's embeddings too: q4_0 or q8_0"
     PRECISION = "precision", str, "the big matrix products' arithmetic, resolved: fp32 or bf16"
     CHECK_KLD = "check.kld", float, "KLD to FP on the held-out tokens of the weights written (tuned if that won)"
     CHECK_PLAIN_KLD = "check.plain_kld", float, "... of plain Q4_0"

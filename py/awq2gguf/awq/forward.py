@@ -171,8 +171,8 @@ def model_log_probs(model: nn.Module, input_ids: torch.Tensor, quantized: tuple[
                     weights: Weights = RESIDENT, keep: Callable = lambda lp, _ids: lp) -> list:
     """Log-probabilities (tokens, vocab) of every position of input_ids, one tensor per entry of
     `quantized`: the FP model (False) or the quantized one (True: every linear, the token
-    embeddings and the output matrix Q4_0, or the output in Q8_0, as the GGUF will be). Sequences run one at a time;
-    each part's weights are loaded once for all the variants. keep(log-probs, ids) reduces each
+    embeddings and the output matrix Q4_0, or the output Q8_0, as the GGUF will be). Sequences run
+    one at a time; each part's weights are loaded once for all the variants. keep(log-probs, ids) reduces each
     sequence's (a tensor or a tuple of them, concatenated over the sequences in place of the
     log-probabilities)."""
     embed = model.get_input_embeddings()

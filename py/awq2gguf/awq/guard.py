@@ -27,9 +27,9 @@ TOKENS_PER_STEP = 256
 
 
 def _logits(x: torch.Tensor, head: nn.Linear, quantize_head: bool, clip: torch.Tensor | None) -> torch.Tensor:
-    """x's logits; a quantized head (Q4_0, or Q8_0 where kept so) is quantized ROWS_PER_STEP rows at a time (clamped to clip first,
-    if given), so that no quantized or clamped copy of a vocabulary-wide matrix exists (for a
-    tied 3B model it would be 1.2 GB)."""
+    """x's logits; a quantized head (Q4_0, or Q8_0 where kept so) is quantized ROWS_PER_STEP rows at
+    a time (clamped to clip first, if given), so that no quantized or clamped copy of a
+    vocabulary-wide matrix exists (for a tied 3B model it would be 1.2 GB)."""
     if not quantize_head:
         return F.linear(x, head.weight, head.bias)
     rows = head.weight.split(ROWS_PER_STEP)
