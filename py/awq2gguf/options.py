@@ -77,17 +77,14 @@ class Options:
             raise OptionsError("--drop-blocks and --drop-block-list: give one of them")
         if self.drops_blocks and self.engine == Engine.AUTOAWQ:
             raise OptionsError("dropping blocks works with --engine awq2gguf only")
-        if self.tune_steps and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
-            raise OptionsError("--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
-                               "and --engine awq2gguf")
-        if self.output_type == OutputType.Q8_0 and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
-            raise OptionsError("--output-type q8_0 is for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
-                               "and --engine awq2gguf")
+        all_q4_0 = self.engine == Engine.AWQ2GGUF and self.converter_writes_out
+        for asked, what in ((self.tune_steps, "--tune-steps trains"), (self.output_type == OutputType.Q8_0,
+                            "--output-type q8_0 is"), (self.quality == Quality.BEST, "--quality best tunes")):
+            if asked and not all_q4_0:
+                raise OptionsError(f"{what} for the all-Q4_0 file: it needs --qtype Q4_0, --build patched and "
+                                   "--engine awq2gguf")
         if self.quality == Quality.BEST and (self.tune_steps or self.tune_mode != TuneMode.AUTO):
             raise OptionsError("--quality best chooses --tune-steps and --tune-mode: give those or --quality best")
-        if self.quality == Quality.BEST and (self.engine == Engine.AUTOAWQ or not self.converter_writes_out):
-            raise OptionsError("--quality best tunes for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
-                               "and --engine awq2gguf")
         if self.tune_mode == TuneMode.BLOCKS and self.tune_params == TuneParams.NORMS:
             raise OptionsError("--tune-params norms trains the whole model's norms: it needs --tune-mode model or auto "
                                "(after block-wise tuning: --tune-norms-steps)")

@@ -15,6 +15,7 @@ real FP weights; the values keep their source's distribution, outliers and salie
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -98,8 +99,6 @@ def permute_state(tensors: dict[str, torch.Tensor], config: dict, seed: int = 0)
 
 def off_grid_folder(src: Path, dst: Path, seed: int = 0) -> Path:
     """src's Hugging Face folder (safetensors) rewritten as its off-grid twin at dst, made whole or not at all."""
-    import json
-
     from safetensors.torch import load_file, save_file
 
     config = json.loads((src / "config.json").read_text())
