@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
 from . import __version__, calibration, checkpoint, lora, metadata, prune, quality, tune, tune_blocks
 from .builds import get_build
 from .convert import convert_hf_to_gguf
@@ -420,13 +422,18 @@ def _resolve_quality(streamed: StreamedModel, opts: Options, progress: Progress)
     return resolved
 
 
+def _bytes(n_weights: int, qtype: GGMLQuantizationType) -> int:
+    block, size = GGML_QUANT_SIZES[qtype]
+    return n_weights // block * size
+
+
 def _tensor_types(streamed: StreamedModel, opts: Options, summary: Summary) -> dict[str, str]:
     """The converter's types for the tensors not in Q4_0 (the output matrix with --output-type q8_0;
     llama.cpp's output is a tied model's token_embd), and what that costs said in the summary."""
     if opts.output_type == OutputType.Q4_0:
         return {}
-    rows, cols = streamed.head.weight.shape
-    summary.output_q8_0_bytes = rows * cols // BLOCK * (34 - 18)  # a Q8_0 block of 32 takes 34 bytes, Q4_0's 18
+    summary.output_q8_0_bytes = _bytes(streamed.head.weight.numel(), GGMLQuantizationType.Q8_0) - _bytes(
+        streamed.head.weight.numel(), GGMLQuantizationType.Q4_0)
     return {"token_embd.weight" if streamed.tied else "output.weight": opts.output_type}
 
 

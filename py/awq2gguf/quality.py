@@ -68,5 +68,5 @@ def chosen(opts: Options, n_params: int, n_block_params: int) -> str:
     """What --quality best chose, and the time it should take, in one line."""
     minutes = expected_seconds(opts, n_params, n_block_params) / 60
     return (f"--quality best for {n_params / 1e9:.2g}B weights: --calib-samples {opts.calib_samples} "
-            f"--tune-steps {opts.tune_steps} --tune-mode blocks; expected about {minutes:.0f} min at "
+            f"--tune-steps {opts.tune_steps} --tune-mode {opts.tune_mode}; expected about {minutes:.0f} min at "
             f"{opts.threads} threads")
