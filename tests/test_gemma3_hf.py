@@ -65,3 +65,29 @@ def test_hf_model_and_tokenizer_match_llama_cpp_on_the_gguf(hf_dir, builds):
         # measured 2.8e-6 (stock) and 3.2e-6 (patched): F16 activations against FP32
         assert kl_to(fp, cpp) < 2e-5, build.name
         assert (cpp.argmax(-1) == fp.argmax(-1)).mean() > 0.9
+
+
+@pytest.mark.parametrize("name", ["gemma3", "smollm2"])
+def test_file_windows_start_as_the_tokenizer_starts_a_text(name, tmp_path):
+    """Gemma's calibration windows start with BOS as llama-perplexity's do (without it Gemma's
+    hidden states are far from any it meets in use); SmolLM2's tokenizer adds nothing, so its
+    windows are text only. The bench's decoded windows hold the text alone, and read back the same."""
+    from transformers import AutoTokenizer
+
+    from awq2gguf.bench.eval_text import calibration_windows
+    from awq2gguf.calibration import from_file, from_text
+
+    tokenizer = AutoTokenizer.from_pretrained(hf_folder(name))
+    text_ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    calib = from_text(tokenizer, PROMPT, 2, 12, "prompt")
+    start = [tokenizer.bos_token_id] if name == "gemma3" else []
+    assert calib.input_ids[:, :len(start)].tolist() == [start] * 2
+    first, last = calib.input_ids[:, len(start):].tolist()
+    assert first == text_ids[:12 - len(start)] and last == text_ids[-(12 - len(start)):]
+    text = tmp_path / "eval.txt"
+    text.write_text("filler\n" * 200 + PROMPT * 3)  # the learning half is the second
+    windows = calibration_windows(hf_folder(name), text, 2, 12)
+    assert not any(tokenizer.bos_token and tokenizer.bos_token in w for w in windows)
+    (tmp_path / "calib.txt").write_text(windows[0])
+    read_back = from_file(tokenizer, tmp_path / "calib.txt", 1, 12).input_ids[0].tolist()
+    assert read_back == start + tokenizer(windows[0], add_special_tokens=False)["input_ids"][:12 - len(start)]

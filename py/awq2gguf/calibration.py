@@ -72,18 +72,29 @@ def read_text(path: Path) -> str:
     return "\n\n".join(texts)
 
 
+def start_ids(tokenizer) -> list[int]:
+    """The ids the tokenizer puts before any text ([BOS] for Gemma, none for Qwen2 or SmolLM2)."""
+    bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+    full = tokenizer("a")["input_ids"]
+    return full[:full.index(bare[0])] if bare and bare[0] in full else []
+
+
 def from_text(tokenizer, text: str, n_samples: int, n_tokens: int, source: str, n_held_out: int = 0) -> Calibration:
     """n_samples + n_held_out windows of n_tokens tokens, spread evenly over the tokenized text
-    (the held-out ones are the last, from the end of the text)."""
+    (the held-out ones are the last, from the end of the text). Each window starts as the tokenizer
+    starts any text, as llama-perplexity's do: Gemma, which adds BOS, is far from its own behaviour
+    without it (its block-wise tuning fitted that and lost in llama.cpp)."""
+    start = start_ids(tokenizer)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     total = n_samples + n_held_out
-    need = total * n_tokens
+    n_text = n_tokens - len(start)
+    need = total * n_text
     if len(ids) < need:
         raise CalibrationError(
             f"{source} has {len(ids)} tokens; {n_samples} + {n_held_out} held-out samples of {n_tokens} tokens "
             f"need {need}. Give more text, or lower --calib-samples / --calib-held-out / --calib-tokens")
-    stride = (len(ids) - n_tokens) // max(total - 1, 1)
-    windows = [ids[i * stride:i * stride + n_tokens] for i in range(total)]
+    stride = (len(ids) - n_text) // max(total - 1, 1)
+    windows = [start + ids[i * stride:i * stride + n_text] for i in range(total)]
     return Calibration(torch.tensor(windows), f"file:{Path(source).name}", n_held_out)
 
 

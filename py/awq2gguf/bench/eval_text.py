@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..calibration import from_text
+from ..calibration import from_text, start_ids
 from ..checkpoint import load_tokenizer
 
 
@@ -14,7 +14,9 @@ def learning_half(text: str) -> str:
 
 
 def calibration_windows(model_dir: Path, eval_text: Path, n_windows: int, n_tokens: int) -> list[str]:
-    """n_windows windows of n_tokens of model_dir's tokens from the learning half, decoded."""
+    """n_windows windows of n_tokens of model_dir's tokens from the learning half, decoded (without
+    the BOS a window starts with: reading the file adds it again)."""
     tokenizer = load_tokenizer(model_dir)
     calib = from_text(tokenizer, learning_half(eval_text.read_text()), n_windows, n_tokens, str(eval_text))
-    return [tokenizer.decode(row) for row in calib.input_ids]
+    skip = len(start_ids(tokenizer))
+    return [tokenizer.decode(row[skip:]) for row in calib.input_ids]
