@@ -47,3 +47,32 @@ def test_best_on_the_command_line_tunes_and_says_so(tiny_hf, calib_text, tmp_pat
     assert fields[Key.TUNE_STEPS.gguf].contents() == 64
     assert fields[Key.TUNE_MODE.gguf].contents() == "blocks"
     assert fields[Key.CALIBRATION_SAMPLES.gguf].contents() == 4
+
+
+def test_bench_s_quality_table_runs_are_jobs_awq2gguf_makes(tiny_hf, calib_text, tmp_path):
+    """Each row of bench awq --quality-table, run as the bench runs it: the quality and output type
+    its label names, in the file's metadata."""
+    from awq2gguf.bench.awq import _quality_runs
+
+    runs = _quality_runs(calib_text)
+    assert len({name for _, name, _ in runs}) == len(runs) == 4
+    for label, name, args in runs:
+        out = tmp_path / name
+        result = CliRunner().invoke(main, [str(tiny_hf("Qwen2ForCausalLM", "tiny-tied")), str(out), *args,
+                                           "--calib-samples", "4", "--calib-tokens", "64"])
+        assert result.exit_code == 0, result.output
+        fields = GGUFReader(out).fields
+        assert fields[Key.OUTPUT_TYPE.gguf].contents() == ("q8_0" if "q8_0" in label else "q4_0"), label
+        tuned = Key.TUNE_STEPS.gguf in fields
+        assert tuned == ("best" in label), label
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--calib-samples", "16"], "--quality-table needs --calib-samples 128 or more"),
+    (["--calib-samples", "128", "--tune-steps", "8"], "--tune-steps adds variants --quality-table does not make"),
+])
+def test_bench_s_quality_table_refuses_what_it_cannot_make(args, message):
+    from awq2gguf.bench.cli import main as bench_main
+
+    result = CliRunner().invoke(bench_main, ["awq", "--quality-table", *args])
+    assert result.exit_code != 0 and message in result.output

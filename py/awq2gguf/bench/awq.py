@@ -4,7 +4,8 @@ Variants: plain all-Q4_0, llama.cpp's imatrix all-Q4_0 and stock llama.cpp's IQ4
 with the same imatrix (the 4-bit files users compare with), awq2gguf with the calibration file (with
 and without compensated rounding) and with self-sampled text (and with --untie-output when the
 model ties its output matrix), optionally tuned (--tune-steps) and with given blocks dropped
-(--drop-block-list, without and with tuning), the AutoAWQ engine and Intel's AutoRound when installed. The
+(--drop-block-list, without and with tuning), the AutoAWQ engine and Intel's AutoRound when installed;
+or (--quality-table) awq2gguf only as each --quality and --output-type makes it. The
 calibration windows come from the second half of the evaluation text, which the perplexity windows
 (at its start) never reach, and are written to one file that awq2gguf, AutoAWQ and llama-imatrix
 all read (AutoRound: the same half as JSON lines), so every method sees the same text.
@@ -24,6 +25,7 @@ from pathlib import Path
 from ..builds import Build, get_build
 from ..errors import tool_failure
 from ..llama_quantize import quantize
+from ..modes import OutputType, Quality
 from ..options import Options
 from . import autoround
 from .eval_text import calibration_windows
@@ -117,6 +119,7 @@ class Variants:
     drop_list: tuple[int, ...] = ()
     autoround_iters: tuple[int, ...] = ()
     precisions: tuple[str, ...] = ("auto",)  # awq2gguf --precision of the calibration-file and self-sampled ones
+    quality_table: bool = False  # the awq2gguf variants are only _quality_runs' (the README's --quality table)
 
     @property
     def first_precision(self) -> list[str]:
@@ -142,11 +145,15 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     out_dir.mkdir(parents=True, exist_ok=True)
     n_samples, n_tokens, threads = variants.n_samples, variants.n_tokens, variants.threads
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / CALIBRATION_FILE)
-    size = ["--calib-samples", str(n_samples), "--calib-tokens", str(n_tokens), "--threads", str(threads)]
+    size = ["--calib-tokens", str(n_tokens), "--threads", str(threads)]
+    if variants.quality_table:
+        runs = _quality_runs(calib)
+    else:
+        runs, size = _awq2gguf_runs(variants, calib, _ties_output(model_dir)), ["--calib-samples", str(n_samples), *size]
     made = [Made("all-Q4_0 (plain)", plain)]
     log("llama-imatrix + llama-quantize (Q4_0, and stock IQ4_NL and Q4_K_M)")
     made += imatrix_variants(build, f16, calib, n_samples, n_tokens, out_dir, threads)
-    for label, name, args in _awq2gguf_runs(variants, calib, _ties_output(model_dir)):
+    for label, name, args in runs:
         log(f"awq2gguf: {label}")
         made.append(awq2gguf(label, model_dir, out_dir / name, args + size, build))
     return made + _autoround_variants(build, model_dir, eval_text, out_dir, variants, log)
@@ -182,6 +189,14 @@ def _awq2gguf_runs(v: Variants, calib: Path, ties_output: bool) -> list[tuple[st
         runs.append(("AutoAWQ 0.2.9 engine, calibration file", "autoawq-file-Q4_0.gguf",
                      ["--calib", str(calib), "--engine", "autoawq"]))
     return runs
+
+
+def _quality_runs(calib: Path) -> list[tuple[str, str, list[str]]]:
+    """awq2gguf as a user runs it from a calibration file for the README's --quality table: each
+    --quality with the output matrix in each --output-type, the calibration samples each quality's own."""
+    return [(f"awq2gguf --quality {q}" + (f", --output-type {out}" if out != OutputType.Q4_0 else ""),
+             f"awq2gguf-{q}-{out}.gguf", ["--calib", str(calib), "--quality", q, "--output-type", out])
+            for q in Quality.values() for out in OutputType.values()]
 
 
 def _autoround_variants(build: Build, model_dir: Path, eval_text: Path, out_dir: Path, v: Variants,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ... import quality
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...modes import Precision
@@ -40,6 +41,17 @@ def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
     if any(p not in Precision.values() for p in precisions) or len(set(precisions)) != len(precisions):
         raise click.BadParameter(f"{value!r}: distinct choices of {', '.join(Precision.values())}")
     return precisions
+
+
+def _check_quality_table(calib_samples: int, autoawq: bool | None, tune_steps: int, drop_list: tuple[int, ...]):
+    """--quality-table makes its own awq2gguf variants: refuse the options that add others."""
+    most = max(p.calib_samples for p in quality.BEST)
+    if calib_samples < most:
+        raise click.ClickException(f"--quality-table needs --calib-samples {most} or more: --quality best reads "
+                                   f"up to {most} samples from the calibration file")
+    for given, option in ((autoawq, "--autoawq"), (tune_steps, "--tune-steps"), (drop_list, "--drop-block-list")):
+        if given:
+            raise click.ClickException(f"{option} adds variants --quality-table does not make; leave one out")
 
 
 @dataclass(kw_only=True)
@@ -98,11 +110,16 @@ class AwqReport(TextReport):
               help=f"awq2gguf --precision ({', '.join(Precision.values())}) of the calibration-file and self-sampled "
                    "variants, each made once per precision (e.g. fp32,bf16 to compare them); the other variants "
                    "use the first.")
+@click.option("--quality-table", is_flag=True,
+              help="Make awq2gguf only as the README's --quality table has it: each --quality, with the output "
+                   "matrix in Q4_0 and in Q8_0, the calibration samples each quality's own (--calib-samples: the "
+                   f"imatrix's and AutoRound's, at least {max(p.calib_samples for p in quality.BEST)}, the most "
+                   "a preset reads from the file).")
 @THREADS
 @DEV_MODEL
 @JSON
 def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoawq, tune_steps, drop_list,
-        autoround_iters, precisions, threads, dev_model, as_json):
+        autoround_iters, precisions, quality_table, threads, dev_model, as_json):
     """All-Q4_0 --dev-model made by each method (plain, llama.cpp imatrix, awq2gguf with a
     calibration file and with self-sampled text, AutoAWQ; stock IQ4_NL and Q4_K_M with the imatrix
     beside them: compare those on a NAME-permuted twin), with perplexity and KLD against its
@@ -113,6 +130,8 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
     if autoround_iters and not autoround.available():
         raise click.ClickException(f"AutoRound is not installed ({autoround.COMMAND}): run `make autoround`")
+    if quality_table:
+        _check_quality_table(calib_samples, autoawq, tune_steps, drop_list)
     busy = check_machine(threads)
     with tempfile.TemporaryDirectory() as tmp:
         build = get_build(build_name)
@@ -121,7 +140,7 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
         variants = Variants(calib_samples, calib_tokens, threads,
                             autoawq=autoawq_available() if autoawq is None else autoawq, seeds=seeds,
                             tune_steps=tune_steps, drop_list=drop_list, autoround_iters=autoround_iters,
-                            precisions=precisions)
+                            precisions=precisions, quality_table=quality_table)
         made = make_variants(build, hf_folder(dev_model), f16, plain, text, MODELS_DIR / "awq-compare" / dev_model,
                              variants, log)
         log("computing FP16 logits, then each variant's PPL and KLD")
