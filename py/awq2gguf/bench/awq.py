@@ -147,9 +147,10 @@ def make_variants(build: Build, model_dir: Path, f16: Path, plain: Path, eval_te
     calib = calibration_file(model_dir, eval_text, n_samples, n_tokens, out_dir / CALIBRATION_FILE)
     size = ["--calib-tokens", str(n_tokens), "--threads", str(threads)]
     if variants.quality_table:
-        runs = _quality_runs(calib)
+        runs = _quality_runs(calib)  # each --quality reads its own number of samples from the file
     else:
-        runs, size = _awq2gguf_runs(variants, calib, _ties_output(model_dir)), ["--calib-samples", str(n_samples), *size]
+        runs = _awq2gguf_runs(variants, calib, _ties_output(model_dir))
+        size = ["--calib-samples", str(n_samples), *size]
     made = [Made("all-Q4_0 (plain)", plain)]
     log("llama-imatrix + llama-quantize (Q4_0, and stock IQ4_NL and Q4_K_M)")
     made += imatrix_variants(build, f16, calib, n_samples, n_tokens, out_dir, threads)

@@ -125,13 +125,13 @@ def awq(build_name, text, ctx, chunks, calib_samples, calib_tokens, seeds, autoa
     beside them: compare those on a NAME-permuted twin), with perplexity and KLD against its
     FP16, the share of plain all-Q4_0's perplexity gap each closes, and the time and peak RSS
     each took to make."""
+    if quality_table:
+        _check_quality_table(calib_samples, autoawq, tune_steps, drop_list)
     check_text(text)
     if autoawq and not autoawq_available():
         raise click.ClickException("AutoAWQ is not installed: run `make autoawq`, or pass --no-autoawq")
     if autoround_iters and not autoround.available():
         raise click.ClickException(f"AutoRound is not installed ({autoround.COMMAND}): run `make autoround`")
-    if quality_table:
-        _check_quality_table(calib_samples, autoawq, tune_steps, drop_list)
     busy = check_machine(threads)
     with tempfile.TemporaryDirectory() as tmp:
         build = get_build(build_name)
