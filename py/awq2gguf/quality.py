@@ -24,6 +24,7 @@ class Preset:
 BEST = (Preset(1.0e9, calib_samples=128, tune_steps=64),
         Preset(4.0e9, calib_samples=128, tune_steps=32),
         Preset(float("inf"), calib_samples=16, tune_steps=32))
+MOST_SAMPLES = max(p.calib_samples for p in BEST)  # the most calibration samples a preset reads
 
 # Seconds per weight of the decoder blocks, at 2 threads, as measured on the Qwen2.5-1.5B shape's
 # block-wise job (bench awq-cost; bench/results/README.md): the AWQ search per calibration sample,

@@ -45,10 +45,9 @@ def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
 
 def _check_quality_table(calib_samples: int, autoawq: bool | None, tune_steps: int, drop_list: tuple[int, ...]):
     """--quality-table makes its own awq2gguf variants: refuse the options that add others."""
-    most = max(p.calib_samples for p in quality.BEST)
-    if calib_samples < most:
-        raise click.ClickException(f"--quality-table needs --calib-samples {most} or more: --quality best reads "
-                                   f"up to {most} samples from the calibration file")
+    if calib_samples < quality.MOST_SAMPLES:
+        raise click.ClickException(f"--quality-table needs --calib-samples {quality.MOST_SAMPLES} or more: --quality "
+                                   f"best reads up to {quality.MOST_SAMPLES} samples from the calibration file")
     for given, option in ((autoawq, "--autoawq"), (tune_steps, "--tune-steps"), (drop_list, "--drop-block-list")):
         if given:
             raise click.ClickException(f"{option} adds variants --quality-table does not make; leave one out")
@@ -113,7 +112,7 @@ class AwqReport(TextReport):
 @click.option("--quality-table", is_flag=True,
               help="Make awq2gguf only as the README's --quality table has it: each --quality, with the output "
                    "matrix in Q4_0 and in Q8_0, the calibration samples each quality's own (--calib-samples: the "
-                   f"imatrix's and AutoRound's, at least {max(p.calib_samples for p in quality.BEST)}, the most "
+                   f"imatrix's and AutoRound's, at least {quality.MOST_SAMPLES}, the most "
                    "a preset reads from the file).")
 @THREADS
 @DEV_MODEL
