@@ -70,6 +70,8 @@ def test_bench_s_quality_table_runs_are_jobs_awq2gguf_makes(tiny_hf, calib_text,
 @pytest.mark.parametrize("args,message", [
     (["--calib-samples", "16"], "--quality-table needs --calib-samples 128 or more"),
     (["--calib-samples", "128", "--tune-steps", "8"], "--tune-steps adds variants --quality-table does not make"),
+    (["--calib-samples", "128", "--seeds", "0"], "--seeds changes variants --quality-table makes as a user would"),
+    (["--calib-samples", "128", "--precisions", "fp32"], "--precisions changes variants --quality-table makes"),
 ])
 def test_bench_s_quality_table_refuses_what_it_cannot_make(args, message):
     from awq2gguf.bench.cli import main as bench_main

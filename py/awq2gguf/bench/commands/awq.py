@@ -1,4 +1,4 @@
-"""`bench awq`: ways of making an all-Q4_0 development model, against its FP16."""
+"""`bench awq`: ways of making a 4-bit development model (all-Q4_0 and the formats users compare it with), against its FP16."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ... import quality
 from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
@@ -44,13 +45,18 @@ def _parse_precisions(_ctx, _param, value: str) -> tuple[str, ...]:
 
 
 def _check_quality_table(calib_samples: int, autoawq: bool | None, tune_steps: int, drop_list: tuple[int, ...]):
-    """--quality-table makes its own awq2gguf variants: refuse the options that add others."""
+    """--quality-table makes its own awq2gguf variants: refuse the options that add others or change them."""
     if calib_samples < quality.MOST_SAMPLES:
         raise click.ClickException(f"--quality-table needs --calib-samples {quality.MOST_SAMPLES} or more: --quality "
                                    f"best reads up to {quality.MOST_SAMPLES} samples from the calibration file")
     for given, option in ((autoawq, "--autoawq"), (tune_steps, "--tune-steps"), (drop_list, "--drop-block-list")):
         if given:
             raise click.ClickException(f"{option} adds variants --quality-table does not make; leave one out")
+    ctx = click.get_current_context()
+    for name, option in (("seeds", "--seeds"), ("precisions", "--precisions")):
+        if ctx.get_parameter_source(name) != ParameterSource.DEFAULT:
+            raise click.ClickException(f"{option} changes variants --quality-table makes as a user would; leave "
+                                       "one out")
 
 
 @dataclass(kw_only=True)
@@ -76,7 +82,7 @@ class AwqReport(TextReport):
 
     def table(self) -> Table:
         origin = f", {self.reference}" if self.reference else ""
-        title = (f"all-Q4_0 {self.model} on the {self.build} build: perplexity over {self.chunks} x "
+        title = (f"{self.model} as each method makes it, on the {self.build} build: perplexity over {self.chunks} x "
                  f"{self.ctx} tokens (FP16{origin}: {self.fp16_ppl:.3f}), KLD vs FP16; calibration "
                  f"{self.calib_samples} x {self.calib_tokens} tokens")
         headers = ["method", "size MiB", "PPL", "KLD", "same top %", "PPL gap closed %", "make s", "peak RSS MiB"]
