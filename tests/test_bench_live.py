@@ -108,6 +108,17 @@ def test_awq_cost_of_a_block_wise_tuned_job(tmp_path):
     assert 0 < sum(stages.values()) <= report["seconds"]
 
 
+def test_awq_cost_of_quality_best_from_a_file_reports_what_it_chose(calib_text, tmp_path):
+    proc = bench(tmp_path, "awq-cost", "--shape", "tiny-tied", "--quality", "best", "--calib", str(calib_text),
+                 "--calib-samples", "4", "--search-samples", "2", "--calib-tokens", "64", "--threads", "2", "--json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)
+    assert (report["quality"], report["calib_source"], report["calib_samples"], report["search_samples"]) == (
+        "best", f"file:{calib_text.name}", 4, 2)
+    assert (report["tune_steps"], report["tune_mode"]) == (64, "blocks")  # the preset's, read from the file made
+    assert f"file:{calib_text.name} 4 x 64 tokens (AWQ search on 2 of them)" in bench(tmp_path, "report").stdout
+
+
 def test_serve_measures_each_server_at_each_client_count(tiny_q4_0, tmp_path):
     proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--clients", "1,2",
                  "--parallel", "1,2", "--requests", "2", "--prompt-words", "8", "--n-gen", "4", "--reps", "2",

@@ -1,10 +1,12 @@
 """--quality: fast is the default job; best picks calibration and block-wise tuning by the model's size
-(quality.BEST), keeps a --calib-samples the user gave, and says what it chose and how long it should take."""
+(quality.BEST), keeps a --calib-samples the user gave, and says what it chose and how long it should take.
+--search-samples: the AWQ search reads only some calibration samples, spread over them; tuning reads all."""
 
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 from click.testing import CliRunner
 from gguf import GGUFReader
 
@@ -15,15 +17,19 @@ from awq2gguf.modes import Quality, TuneMode
 from awq2gguf.options import Options
 
 
-@pytest.mark.parametrize("n_params,samples,steps", [(135e6, 128, 64), (1.5e9, 128, 32), (7.6e9, 16, 32)])
-def test_best_is_the_preset_for_the_model_s_size(n_params, samples, steps):
+@pytest.mark.parametrize("n_params,samples,searched,steps", [(135e6, 128, 128, 64), (1.5e9, 128, 32, 32),
+                                                              (7.6e9, 16, 16, 32)])
+def test_best_is_the_preset_for_the_model_s_size(n_params, samples, searched, steps):
     job = quality.resolve(Options(quality=Quality.BEST), int(n_params))
-    assert (job.calib_samples, job.tune_steps, job.tune_mode) == (samples, steps, TuneMode.BLOCKS)
+    assert (job.calib_samples, job.search_samples, job.tune_steps, job.tune_mode) == (
+        samples, searched, steps, TuneMode.BLOCKS)
     assert job.quality == Quality.FAST  # the settings spelled out: nothing left to resolve
 
 
-def test_a_given_sample_count_is_kept_and_fast_is_left_alone():
+def test_given_sample_counts_are_kept_and_fast_is_left_alone():
     assert quality.resolve(Options(quality=Quality.BEST, calib_samples=40), 10**8).calib_samples == 40
+    assert quality.resolve(Options(quality=Quality.BEST, calib_samples=20), 10**8).search_samples == 20  # not past all
+    assert quality.resolve(Options(quality=Quality.BEST, search_samples=100), 10**8).search_samples == 100
     fast = Options(calib_samples=40)
     assert quality.resolve(fast, 10**8) is fast
 
@@ -34,6 +40,10 @@ def test_the_expected_time_grows_with_the_work_and_shrinks_with_threads():
     assert quality.expected_seconds(job, 10**8, 16 * 10**7) > seconds
     assert quality.expected_seconds(replace(job, threads=4), 10**8, 8 * 10**7) == pytest.approx(seconds / 2)
     assert quality.expected_seconds(replace(job, calib=Path("given.txt")), 10**8, 8 * 10**7) < seconds  # no sampling
+    assert quality.expected_seconds(replace(job, search_samples=8), 10**8, 8 * 10**7) < seconds
+    big = quality.resolve(Options(quality=Quality.BEST, threads=2), 15 * 10**8)  # searches 32 of its 128
+    assert quality.expected_seconds(replace(big, search_samples=None), 15 * 10**8, 13 * 10**8) > \
+        quality.expected_seconds(big, 15 * 10**8, 13 * 10**8)
 
 
 def test_best_on_the_command_line_tunes_and_says_so(tiny_hf, calib_text, tmp_path):
@@ -42,11 +52,42 @@ def test_best_on_the_command_line_tunes_and_says_so(tiny_hf, calib_text, tmp_pat
                                        "--calib-samples", "4", "--calib-tokens", "64", "--quality", "best"])
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
-    assert "--quality best for" in said and "--calib-samples 4 --tune-steps 64 --tune-mode blocks; expected about" in said
+    assert "--quality best for" in said
+    assert "--calib-samples 4 --search-samples 4 --tune-steps 64 --tune-mode blocks; expected about" in said
     fields = GGUFReader(out).fields
     assert fields[Key.TUNE_STEPS.gguf].contents() == 64
     assert fields[Key.TUNE_MODE.gguf].contents() == "blocks"
     assert fields[Key.CALIBRATION_SAMPLES.gguf].contents() == 4
+    assert fields[Key.CALIBRATION_SEARCH_SAMPLES.gguf].contents() == 4
+
+
+def test_the_search_reads_samples_spread_over_the_text_and_tuning_reads_all(tiny_hf, calib_text, tmp_path,
+                                                                           monkeypatch):
+    from transformers import AutoTokenizer
+
+    from awq2gguf import calibration, tune_blocks
+    from awq2gguf.awq import apply
+
+    read = {}
+
+    def spy(name, module, function):
+        def called(model, ids, *args, **kwargs):
+            read[name] = ids.clone()
+            return function(model, ids, *args, **kwargs)
+        monkeypatch.setattr(module, function.__name__, called)
+
+    spy("search", apply, apply.apply_awq)
+    spy("tuning", tune_blocks, tune_blocks.tune_blocks)
+    model, out = tiny_hf("Qwen2ForCausalLM", "tiny-tied"), tmp_path / "out.gguf"
+    result = CliRunner().invoke(main, [str(model), str(out), "--calib", str(calib_text), "--calib-samples", "4",
+                                       "--search-samples", "2", "--calib-tokens", "64", "--tune-steps", "1",
+                                       "--tune-mode", "blocks"])
+    assert result.exit_code == 0, result.output
+    windows = calibration.from_file(AutoTokenizer.from_pretrained(model), calib_text, 4, 64, 4).search_ids
+    assert torch.equal(read["search"], windows[[0, 3]]) and torch.equal(read["tuning"], windows)  # first and last
+    fields = GGUFReader(out).fields
+    assert fields[Key.CALIBRATION_SAMPLES.gguf].contents() == 4
+    assert fields[Key.CALIBRATION_SEARCH_SAMPLES.gguf].contents() == 2
 
 
 def test_bench_s_quality_table_runs_are_jobs_awq2gguf_makes(tiny_hf, calib_text, tmp_path):

@@ -41,6 +41,13 @@ class Calibration:
     def search_ids(self) -> torch.Tensor:
         return self.input_ids[:self.n_samples]
 
+    def spread_ids(self, n: int | None) -> torch.Tensor:
+        """n of the search's samples spread evenly over them (all with None): over a file's windows,
+        which follow its text, and over self-sampled text's openings and prompts, which alternate."""
+        if n is None or n >= self.n_samples:
+            return self.search_ids
+        return self.search_ids[torch.linspace(0, self.n_samples - 1, n).round().long()]
+
     @property
     def held_out_ids(self) -> torch.Tensor:
         return self.input_ids[self.n_samples:]

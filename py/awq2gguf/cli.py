@@ -101,6 +101,9 @@ OPTIONS = options(
                       "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
                       "(about 6 bytes per weight)."),
     field_option("calib_samples", "--calib-samples", help="Number of calibration sequences."),
+    field_option("search_samples", "--search-samples", show_default="all",
+                 help="The AWQ search reads only N of the calibration sequences, spread evenly over them "
+                      "(tuning reads them all): its cost grows with the tokens it reads."),
     field_option("calib_tokens", "--calib-tokens", help="Tokens per calibration sequence."),
     field_option("calib_held_out", "--calib-held-out",
                  help="More calibration sequences, never searched on: the finished model's KL divergence to FP on "

@@ -93,6 +93,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         Key.ENGINE: opts.engine,
         Key.CALIBRATION_SOURCE: calib.source,
         Key.CALIBRATION_SAMPLES: calib.n_samples,
+        Key.CALIBRATION_SEARCH_SAMPLES: len(calib.spread_ids(opts.search_samples)),
         Key.CALIBRATION_TOKENS: calib.n_tokens,
         Key.ALPHA_GRID: f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)",
         Key.GROUP_SIZE: BLOCK,
@@ -213,8 +214,8 @@ def _search(streamed: StreamedModel, calib: calibration.Calibration, opts: Optio
 
     model = streamed.model
     with progress.stage(f"AWQ search, block by block ({summary.precision} products)", len(model.model.layers)) as done:
-        result = apply_awq(model, calib.search_ids, opts.grid, opts.clip, opts.compensate, on_progress=done,
-                           weights=streamed, products=PRODUCTS[summary.precision])
+        result = apply_awq(model, calib.spread_ids(opts.search_samples), opts.grid, opts.clip, opts.compensate,
+                           on_progress=done, weights=streamed, products=PRODUCTS[summary.precision])
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
     summary.groups_kept = (len(kept), len(result.groups))
