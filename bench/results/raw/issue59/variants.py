@@ -17,7 +17,8 @@ tag = time.strftime("%H%M%S")
 out_all = {}
 for name in names:
     model_dir, f16 = hf_folder(name), f16_gguf(name)
-    out_dir = MODELS_DIR / "anchors59" / name
+    out_dir = MODELS_DIR / "anchors61" / name
+    out_dir.mkdir(parents=True, exist_ok=True)
     calibs = {}
     def calib(n):
         if n not in calibs:
@@ -48,4 +49,4 @@ for name in names:
                              peak_gib=mm.peak_rss / 2**30, stages=mm.stages, **r))
             print(name, {k: v for k, v in rows[-1].items() if k != "stages"}, flush=True)
     out_all[name] = dict(reference=DEV_MODELS[name].reference, fp16_ppl=fp16, rows=rows)
-    Path(f"/work/exp59/variants-{tag}.json").write_text(json.dumps(out_all, indent=1))
+    Path(f"/work/exp61/variants-{tag}.json").write_text(json.dumps(out_all, indent=1))
