@@ -35,7 +35,7 @@ class Key(StrEnum):
     ENGINE = "engine", str, "whose search made the scales (--engine)"
     CALIBRATION_SOURCE = "calibration.source", str, "the calibration text: file:NAME, or generated:seed=S,prompts=N"
     CALIBRATION_SAMPLES = "calibration.samples", int, "calibration sequences (tuning reads them all)"
-    CALIBRATION_SEARCH_SAMPLES = "calibration.search_samples", int, "... of them, the N the AWQ search read (spread evenly)"
+    CALIBRATION_SEARCH_SAMPLES = "calibration.search_samples", int, "... of them, the N the AWQ search read (spread)"
     CALIBRATION_TOKENS = "calibration.tokens", int, "tokens per calibration sequence"
     ALPHA_GRID = "alpha_grid", str, "the scale exponents searched: FIRST..LAST (N points)"
     GROUP_SIZE = "group_size", int, "weights per Q4_0 block, which share one scale"

@@ -1,4 +1,5 @@
-"""`bench awq`: ways of making a 4-bit development model (all-Q4_0 and the formats users compare it with), against its FP16."""
+"""`bench awq`: ways of making a 4-bit development model (all-Q4_0, and the formats users compare it
+with), against its FP16."""
 
 from __future__ import annotations
 
