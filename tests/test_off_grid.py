@@ -74,6 +74,15 @@ def test_a_folder_twin_keeps_the_other_files(tmp_path):
     assert json.loads((twin / "config.json").read_text()) == json.loads((tmp_path / "src" / "config.json").read_text())
 
 
+def test_a_folder_with_pickled_weights_is_refused_and_no_twin_is_left(tmp_path):
+    model = on_q4_0_grid("Qwen2ForCausalLM", False)
+    model.save_pretrained(tmp_path / "src")
+    torch.save(model.state_dict(), tmp_path / "src" / "pytorch_model.bin")  # as older checkpoints ship
+    with pytest.raises(OffGridError, match=r"pytorch_model\.bin would be copied unpermuted"):
+        off_grid_folder(tmp_path / "src", tmp_path / "twin")
+    assert not (tmp_path / "twin").exists()
+
+
 def test_fused_matrices_are_refused_by_name():
     config = {"hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2, "num_hidden_layers": 1,
               "intermediate_size": 128}

@@ -30,6 +30,9 @@ class OffGridError(Awq2ggufError):
     pass
 
 
+PICKLED_WEIGHTS = (".bin", ".pt", ".pth")  # weights the twin cannot permute (it reads safetensors)
+
+
 # Parameter name (after "model." or as lm_head) -> which of its axes the permutations reorder:
 # "hidden" the residual stream, "ffn" the block's feed-forward channels, "value" its value channels.
 _AXES = {
@@ -102,6 +105,9 @@ def off_grid_folder(src: Path, dst: Path, seed: int = 0) -> Path:
     from safetensors.torch import load_file, save_file
 
     config = json.loads((src / "config.json").read_text())
+    if pickled := sorted(f.name for f in src.iterdir() if f.suffix in PICKLED_WEIGHTS):
+        raise OffGridError(f"{src}: {', '.join(pickled)} would be copied unpermuted beside the permuted weights; "
+                           "save the model as safetensors first")
     with atomic_path(dst) as tmp:
         tmp.mkdir()
         for f in src.iterdir():
