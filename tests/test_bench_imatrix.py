@@ -14,7 +14,7 @@ K_QUANT_SIZED = ModelShape("tiny-256", n_layer=1, n_embd=256, n_head=4, n_head_k
 def test_each_type_is_made_with_the_one_imatrix(calib_text, builds, tmp_path):
     f16 = write_synthetic_gguf(K_QUANT_SIZED, tmp_path / "f16.gguf")
     made = imatrix_variants(builds["patched"], f16, calib_text, 2, 64, tmp_path, threads=2)
-    assert [m.label for m in made] == [label for label, *_ in IMATRIX_TYPES]
+    assert [m.label for m in made] == [t.label for t in IMATRIX_TYPES]
     matrices = {m.label: {t.name: t.tensor_type for t in GGUFReader(m.path).tensors if len(t.shape) == 2}
                 for m in made}
     q4_0, iq4_nl, iq4_nl_pure, q4_k_m = matrices.values()

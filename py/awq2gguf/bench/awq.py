@@ -21,6 +21,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..builds import Build, get_build
 from ..errors import tool_failure
@@ -56,14 +57,20 @@ def calibration_file(model_dir: Path, eval_text: Path, n_samples: int, n_tokens:
     return out
 
 
-# The 4-bit types users compare an all-Q4_0 file with, made with llama.cpp's imatrix: (label, type,
-# build, llama-quantize arguments). Q4_0 by the bench's build, the others as stock llama.cpp makes
-# them: its own mixtures (IQ4_NL keeps the output matrix in Q8_0), and IQ4_NL in every matrix, the
-# all-Q4_0 file's size.
-IMATRIX_TYPES = (("all-Q4_0 + llama.cpp imatrix", "Q4_0", None, ()),
-                 ("stock IQ4_NL + imatrix", "IQ4_NL", "stock", ()),
-                 ("stock IQ4_NL --pure + imatrix", "IQ4_NL", "stock", ("--pure",)),
-                 ("stock Q4_K_M + imatrix", "Q4_K_M", "stock", ()))
+class ImatrixType(NamedTuple):
+    """A 4-bit type users compare an all-Q4_0 file with, made with llama.cpp's imatrix."""
+    label: str
+    qtype: str
+    build: str | None  # None: the bench's build
+    args: tuple[str, ...] = ()  # more llama-quantize arguments
+
+
+# Q4_0 by the bench's build, the others as stock llama.cpp makes them: its own mixtures (IQ4_NL
+# keeps the output matrix in Q8_0), and IQ4_NL in every matrix, the all-Q4_0 file's size.
+IMATRIX_TYPES = (ImatrixType("all-Q4_0 + llama.cpp imatrix", "Q4_0", None),
+                 ImatrixType("stock IQ4_NL + imatrix", "IQ4_NL", "stock"),
+                 ImatrixType("stock IQ4_NL --pure + imatrix", "IQ4_NL", "stock", ("--pure",)),
+                 ImatrixType("stock Q4_K_M + imatrix", "Q4_K_M", "stock"))
 
 
 def imatrix_variants(build: Build, f16: Path, calib: Path, n_samples: int, n_tokens: int, out_dir: Path,
