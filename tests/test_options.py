@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 from gguf import GGUFReader
 
+from awq2gguf import quality
 from awq2gguf.bench.cli import main as bench_main
 from awq2gguf.calibration import Calibration
 from awq2gguf.cli import main
@@ -44,9 +45,14 @@ def _commands():
         yield f"bench {name}", command, SHARED
 
 
+# The commands that pass --calib-samples on to awq2gguf only when given: the others make calibration
+# files of the fast job's count (quality.resolve of the defaults).
+PASSED_ON = {"awq2gguf", "bench awq-cost"}
+
+
 @pytest.mark.parametrize("name,command,fields", list(_commands()), ids=[name for name, *_ in _commands()])
 def test_every_default_is_the_one_options_holds(name, command, fields):
-    expected = Options()
+    expected = Options() if name in PASSED_ON else quality.resolve(Options(), 10**8)
     for field, value in _defaults(command, fields).items():
         assert value == getattr(expected, field), f"{name}'s default of {field}"
 
@@ -102,7 +108,7 @@ def test_every_key_the_writer_writes_is_in_the_table(tiny_hf, tmp_path):
                       check_blocks_kld=0.12, check_norms_kld=0.1)
     calib = Calibration(torch.zeros(5, 64, dtype=torch.long), "file:zen.txt", n_held_out=1)
     adapter = SimpleNamespace(name="my-adapter", rank=4, sha256=lambda: "0" * 64)
-    items = provenance(Options(tune_steps=2), calib, summary, adapter)
+    items = provenance(Options(tune_steps=2, calib_samples=4), calib, summary, adapter)  # a job resolved
     out = convert_hf_to_gguf(tiny_hf("Qwen2ForCausalLM", "tiny-tied"), tmp_path / "out.gguf", "q4_0", items)
     written = {name.removeprefix(PREFIX): field.contents() for name, field in GGUFReader(out).fields.items()
                if name.startswith(PREFIX)}

@@ -1,5 +1,5 @@
 """--quality: fast is the default job; best picks calibration and block-wise tuning by the model's size
-(quality.BEST), keeps a --calib-samples the user gave, and says what it chose and how long it should take.
+(quality.BEST), keeps a --calib-samples the user gave (even 16, the fast job's), and says what it chose and how long it should take.
 --search-samples: the AWQ search reads only some calibration samples, spread over them; tuning reads all."""
 
 from dataclasses import replace
@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from gguf import GGUFReader
 
 from awq2gguf import quality
+from awq2gguf.calibration import Calibration
 from awq2gguf.cli import main
 from awq2gguf.metadata import Key
 from awq2gguf.modes import Quality, TuneMode
@@ -26,12 +27,21 @@ def test_best_is_the_preset_for_the_model_s_size(n_params, samples, searched, st
     assert job.quality == Quality.FAST  # the settings spelled out: nothing left to resolve
 
 
-def test_given_sample_counts_are_kept_and_fast_is_left_alone():
+def test_given_sample_counts_are_kept_and_fast_reads_16_unless_given():
     assert quality.resolve(Options(quality=Quality.BEST, calib_samples=40), 10**8).calib_samples == 40
+    # the fast job's count, given, is a count like any other
+    assert quality.resolve(Options(quality=Quality.BEST, calib_samples=16), 10**8).calib_samples == 16
     assert quality.resolve(Options(quality=Quality.BEST, calib_samples=20), 10**8).search_samples == 20  # not past all
     assert quality.resolve(Options(quality=Quality.BEST, search_samples=100), 10**8).search_samples == 100
-    fast = Options(calib_samples=40)
-    assert quality.resolve(fast, 10**8) is fast
+    assert quality.resolve(Options(), 10**8) == Options(calib_samples=quality.FAST_CALIB_SAMPLES)
+    assert quality.resolve(Options(calib_samples=40), 10**8) == Options(calib_samples=40)
+
+
+def test_spread_samples_run_over_all_of_them_and_all_are_all_in_order():
+    calib = Calibration(torch.arange(10)[:, None].repeat(1, 4), "file:x.txt", n_held_out=2)
+    assert calib.spread_ids(8).equal(calib.search_ids)
+    assert calib.spread_ids(3)[:, 0].tolist() == [0, 4, 7]
+    assert calib.spread_ids(1)[:, 0].tolist() == [0]
 
 
 def test_the_expected_time_grows_with_the_work_and_shrinks_with_threads():

@@ -41,11 +41,10 @@ class Calibration:
     def search_ids(self) -> torch.Tensor:
         return self.input_ids[:self.n_samples]
 
-    def spread_ids(self, n: int | None) -> torch.Tensor:
-        """n of the search's samples spread evenly over them (all with None): over a file's windows,
-        which follow its text, and over self-sampled text's openings and prompts, which alternate."""
-        if n is None or n >= self.n_samples:
-            return self.search_ids
+    def spread_ids(self, n: int) -> torch.Tensor:
+        """n (at most n_samples; all at n_samples) of the search's samples spread evenly over them: over
+        a file's windows, which follow its text, and over self-sampled text's openings and prompts,
+        which alternate."""
         return self.search_ids[torch.linspace(0, self.n_samples - 1, n).round().long()]
 
     @property

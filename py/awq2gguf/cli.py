@@ -100,7 +100,8 @@ OPTIONS = options(
                       "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "
                       "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
                       "(about 6 bytes per weight)."),
-    field_option("calib_samples", "--calib-samples", help="Number of calibration sequences."),
+    field_option("calib_samples", "--calib-samples", show_default="16; --quality best: by the model's size",
+                 help="Number of calibration sequences."),
     field_option("search_samples", "--search-samples", show_default="all",
                  help="The AWQ search reads only N of the calibration sequences, spread evenly over them "
                       "(tuning reads them all): its cost grows with the tokens it reads."),

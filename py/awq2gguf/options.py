@@ -43,7 +43,7 @@ class Options:
     tune_input: TuneInput = TuneInput.QUANTIZED  # block-wise tuning's input to each block
     # after block-wise tuning: the whole model's norms and biases, end to end
     tune_norms_steps: int = _at_least(0, default=0)
-    calib_samples: int = _at_least(1, default=16)
+    calib_samples: int | None = _at_least(1, default=None)  # None: the quality's own (quality.resolve)
     search_samples: int | None = _at_least(1, default=None)  # the AWQ search reads N of them, spread; None: all
     calib_tokens: int = _at_least(32, default=256)
     calib_held_out: int = _at_least(0, default=4)  # more samples, never searched on: the final check against plain Q4_0

@@ -93,7 +93,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
         Key.ENGINE: opts.engine,
         Key.CALIBRATION_SOURCE: calib.source,
         Key.CALIBRATION_SAMPLES: calib.n_samples,
-        Key.CALIBRATION_SEARCH_SAMPLES: len(calib.spread_ids(opts.search_samples)),
+        Key.CALIBRATION_SEARCH_SAMPLES: quality.searched(opts),
         Key.CALIBRATION_TOKENS: calib.n_tokens,
         Key.ALPHA_GRID: f"{opts.grid[0]:g}..{opts.grid[-1]:g} ({len(opts.grid)} points)",
         Key.GROUP_SIZE: BLOCK,
@@ -214,7 +214,7 @@ def _search(streamed: StreamedModel, calib: calibration.Calibration, opts: Optio
 
     model = streamed.model
     with progress.stage(f"AWQ search, block by block ({summary.precision} products)", len(model.model.layers)) as done:
-        result = apply_awq(model, calib.spread_ids(opts.search_samples), opts.grid, opts.clip, opts.compensate,
+        result = apply_awq(model, calib.spread_ids(quality.searched(opts)), opts.grid, opts.clip, opts.compensate,
                            on_progress=done, weights=streamed, products=PRODUCTS[summary.precision])
     kept = [g for g in result.groups if g.kept]
     summary.mean_alpha = sum(g.alpha for g in kept) / len(kept) if kept else 0.0
@@ -413,11 +413,11 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
 
 
 def _resolve_quality(streamed: StreamedModel, opts: Options, progress: Progress) -> Options:
-    """With --quality best, the job's settings for this model's size, said with the time they should take."""
-    if opts.quality == Quality.FAST:
-        return opts
+    """The job's settings spelled out (quality.resolve); with --quality best, said with the time they should take."""
     n_params = streamed.n_params()
     resolved = quality.resolve(opts, n_params)
+    if opts.quality == Quality.FAST:
+        return resolved
     n_block_params = sum(p.numel() for p in streamed.model.model.layers.parameters())
     progress.note(quality.chosen(resolved, n_params, n_block_params))
     return resolved

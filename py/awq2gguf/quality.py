@@ -27,6 +27,7 @@ class Preset:
 BEST = (Preset(1.0e9, calib_samples=128, search_samples=128, tune_steps=64),
         Preset(4.0e9, calib_samples=128, search_samples=32, tune_steps=32),
         Preset(float("inf"), calib_samples=16, search_samples=16, tune_steps=32))
+FAST_CALIB_SAMPLES = 16  # the default job's
 MOST_SAMPLES = max(p.calib_samples for p in BEST)  # the most calibration samples a preset reads
 
 # Seconds per weight of the decoder blocks, at 2 threads, as measured on the Qwen2.5-1.5B shape's
@@ -54,19 +55,20 @@ def preset(n_params: int) -> Preset:
 
 
 def resolve(opts: Options, n_params: int) -> Options:
-    """The job --quality best asks for on a model of n_params weights, its settings spelled out (a
-    --calib-samples other than the default is kept); opts as they are for fast."""
+    """The job opts ask for on a model of n_params weights, its settings spelled out: with --quality
+    best the preset's (a --calib-samples or --search-samples given is kept), with fast
+    FAST_CALIB_SAMPLES unless given."""
     if opts.quality == Quality.FAST:
-        return opts
+        return dataclasses.replace(opts, calib_samples=opts.calib_samples or FAST_CALIB_SAMPLES)
     p = preset(n_params)
-    samples = p.calib_samples if opts.calib_samples == Options.calib_samples else opts.calib_samples
+    samples = opts.calib_samples or p.calib_samples
     search = opts.search_samples or min(p.search_samples, samples)
     return dataclasses.replace(opts, quality=Quality.FAST, calib_samples=samples, search_samples=search,
                                tune_steps=p.tune_steps, tune_mode=TuneMode.BLOCKS)
 
 
 def searched(opts: Options) -> int:
-    """The calibration samples the AWQ search reads."""
+    """The calibration samples the AWQ search reads, of a resolved job's (at most all of them)."""
     return min(opts.search_samples or opts.calib_samples, opts.calib_samples)
 
 

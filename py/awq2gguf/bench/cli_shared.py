@@ -15,6 +15,7 @@ from ..assets.dev_models import DEV_MODEL_NAMES, DEV_MODELS
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BENCH_BUILD_NAMES, BUILD_NAMES, get_build
 from .. import cli_options
+from ..quality import FAST_CALIB_SAMPLES
 from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
 from ..progress import RichProgress, ticks
@@ -43,7 +44,8 @@ def parse_builds(choices):
 
 
 THREADS, comma_ints, options = cli_options.THREADS, cli_options.comma_ints, cli_options.options
-CALIB = options(cli_options.field_option("calib_samples", "--calib-samples"),
+# bench makes its own calibration files: the fast job's count unless given
+CALIB = options(cli_options.field_option("calib_samples", "--calib-samples", default=FAST_CALIB_SAMPLES),
                 cli_options.field_option("calib_tokens", "--calib-tokens"))
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the report as JSON on stdout.")
 DEV_MODEL = click.option("--dev-model", type=click.Choice(DEV_MODEL_NAMES), default=DEV_MODEL_NAMES[0],

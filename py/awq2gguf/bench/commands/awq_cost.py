@@ -15,7 +15,7 @@ from ...metadata import Key, provenance
 from ...modes import Quality, TuneMode
 from ...paths import MODELS_DIR
 from ..awq import awq2gguf
-from ..cli_shared import CALIB, JSON, THREADS, check_machine, finish, log
+from ..cli_shared import JSON, THREADS, check_machine, finish, log
 from ..peak_rss import peak_disk
 from ..reports import Report, report_kinds
 from ..tables import Table
@@ -69,7 +69,8 @@ def _minutes(seconds: float) -> str:
 @click.command("awq-cost")
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default=DEFAULT_SHAPE, show_default=True,
               help="Random-weight Hugging Face model to quantize (speed and memory do not depend on the values).")
-@CALIB
+@field_option("calib_samples", "--calib-samples", show_default="awq2gguf's", help="awq2gguf --calib-samples.")
+@field_option("calib_tokens", "--calib-tokens", help="awq2gguf --calib-tokens.")
 @click.option("--calib", "calib", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="awq2gguf --calib: a calibration text file (the random weights make any text cost the same); "
                    "default: the model samples its own.")
@@ -95,8 +96,8 @@ def awq_cost(shape, calib_samples, calib_tokens, calib, search_samples, quality,
         log(f"writing a random-weight {shape} Hugging Face folder -> {model_dir}")
         write_synthetic_hf(SHAPES[shape], model_dir)
     size = sum(f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20
-    args = ["--calib-samples", str(calib_samples), "--calib-tokens", str(calib_tokens), "--threads", str(threads),
-            "--quality", quality]
+    args = ["--calib-tokens", str(calib_tokens), "--threads", str(threads), "--quality", quality]
+    args += ["--calib-samples", str(calib_samples)] if calib_samples else []
     args += ["--calib", str(calib)] if calib else []
     args += ["--search-samples", str(search_samples)] if search_samples else []
     args += ["--tune-steps", str(tune_steps), "--tune-mode", tune_mode] if tune_steps else []

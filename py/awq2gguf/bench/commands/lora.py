@@ -14,6 +14,7 @@ from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...convert import convert_hf_to_gguf
 from ...options import Options
+from ...quality import FAST_CALIB_SAMPLES
 from ...paths import MODELS_DIR
 from .. import perplexity
 from ..awq import CALIBRATION_FILE, Made, awq2gguf, calibration_file
@@ -83,7 +84,7 @@ def lora(build_name, text, ctx, chunks, lines, steps, drop_blocks, threads, dev_
         log(f"adapter {adapter}")
         merged = lora_merge.merge(model_dir, lora_merge.read_adapter(adapter), Path(tmp) / "merged")
         merged_f16 = convert_hf_to_gguf(merged, Path(tmp) / "merged-f16.gguf", "f16")
-        calib = calibration_file(model_dir, text, Options.calib_samples, Options.calib_tokens,
+        calib = calibration_file(model_dir, text, FAST_CALIB_SAMPLES, Options.calib_tokens,
                                                  out_dir / CALIBRATION_FILE)
         args = ["--calib", str(calib), "--threads", str(threads)]
         made = [Made("FP16", f16), Made("FP16 + adapter (merged)", merged_f16)]
