@@ -72,6 +72,7 @@ def test_awq2gguf_takes_every_field_of_options():
     ({"tune_steps": 2, "build": "stock"}, "--tune-steps trains for the all-Q4_0 file"),
     ({"tune_mode": "blocks", "tune_params": "norms"}, "--tune-params norms trains the whole model's norms"),
     ({"tune_norms_steps": 2}, "--tune-norms-steps follows block-wise tuning"),
+    ({"tune_steps": 2, "tune_norms_output": True}, "--tune-norms-output trains in the end-to-end tuning"),
     ({"output_type": "q8_0", "qtype": "Q4_K_M"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"output_type": "q8_0", "engine": "autoawq"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"quality": "best", "tune_steps": 8}, "--quality best chooses --tune-steps and --tune-mode"),
@@ -82,7 +83,8 @@ def test_options_and_the_command_line_refuse_the_same_combinations(tiny_hf, tmp_
         Options(**given)
     flags = {p.name: p.opts[0] for p in main.params}
     args = [a for name, value in given.items()
-            for a in (flags[name], ",".join(map(str, value)) if isinstance(value, tuple) else str(value))]
+            for a in ((flags[name],) if value is True else  # a flag
+                      (flags[name], ",".join(map(str, value)) if isinstance(value, tuple) else str(value)))]
     result = CliRunner().invoke(main, [str(tiny_hf("Qwen2ForCausalLM", "tiny-tied")), str(tmp_path / "o.gguf"), *args])
     assert result.exit_code == 2 and message in " ".join(result.output.split()), result.output
 
@@ -105,7 +107,7 @@ def test_every_key_the_writer_writes_is_in_the_table(tiny_hf, tmp_path):
                       check_untuned_kld=0.15, check_tuned_kld=0.1, dropped=Dropped("sleb", (3, 1), (12.5, 13.0), 12.0),
                       tune_mode=TuneMode.BLOCKS, tune_lr_grid=0.02, tune_losses=[1.0, 0.5], tune_lr=1e-4,
                       tuned_blocks=[BlockResult(1.0, 0.5, 0.2, 0.1)], norms_losses=[0.3, 0.2], norms_lr=1e-3,
-                      check_blocks_kld=0.12, check_norms_kld=0.1)
+                      norms_output=True, check_blocks_kld=0.12, check_norms_kld=0.1)
     calib = Calibration(torch.zeros(5, 64, dtype=torch.long), "file:zen.txt", n_held_out=1)
     adapter = SimpleNamespace(name="my-adapter", rank=4, sha256=lambda: "0" * 64)
     items = provenance(Options(tune_steps=2, calib_samples=4), calib, summary, adapter)  # a job resolved

@@ -469,6 +469,35 @@ def test_norms_end_to_end_after_block_wise_tuning_train_only_the_norms(model_dir
     assert moved == len(norms)
 
 
+def test_norms_end_to_end_with_the_tied_output_matrix_train_the_embedding_table_too(tied_model_dir, calib_text,
+                                                                                    tmp_path, monkeypatch):
+    """--tune-norms-output: the tied matrix trains through Q4_0 beside the norms; OUT's token_embd is
+    the Q4_0 of the latent the training left, the blocks' matrices the block-wise model's, byte for byte."""
+    trained = {}
+
+    def catching(model, *args, **kwargs):
+        losses = tune_whole(model, *args, **kwargs)
+        assert args[4] == "norms" and kwargs["tied_output"] is True
+        trained["embed"] = model.get_input_embeddings().weight.detach().clone()
+        return losses
+    tune_whole = tune.tune
+    blocks, both = tmp_path / "blocks.gguf", tmp_path / "both.gguf"
+    _block_wise(tied_model_dir, calib_text, blocks, 0)
+    monkeypatch.setattr(tune, "tune", catching)
+    output, meta = _block_wise(tied_model_dir, calib_text, both, 0, "--tune-norms-steps", "4", "--tune-norms-output")
+    assert "norms and the tied output matrix end to end" in output
+    assert meta[Key.TUNE_NORMS_OUTPUT.gguf] is True
+    embed = next(t for t in GGUFReader(both).tensors if t.name == "token_embd.weight")
+    assert embed.tensor_type == gguf.GGMLQuantizationType.Q4_0
+    written = gguf.quants.dequantize(np.asarray(embed.data), embed.tensor_type).reshape(trained["embed"].shape)
+    assert np.array_equal(written, q4_0_fake_quant(trained["embed"]).numpy())
+    before = _gguf_tensors(blocks)
+    assert not np.array_equal(np.asarray(embed.data), before["token_embd.weight"])
+    for t in GGUFReader(both).tensors:
+        if t.name != "token_embd.weight" and len(t.shape) > 1:
+            assert np.array_equal(np.asarray(t.data), before[t.name]), t.name
+
+
 def test_norms_that_lose_the_held_out_check_leave_the_block_wise_model(model_dir, calib_text, tmp_path, monkeypatch):
     def wrecking(model, *args, **kwargs):
         losses = tune_whole(model, *args, **kwargs)
@@ -506,3 +535,5 @@ def test_norms_end_to_end_that_would_not_fit_is_refused():
     tune.check_norms_fit(1_540_000_000, 22 * gib)  # a 1.5B on a 24 GB machine
     with pytest.raises(tune.TuneError, match=r"--tune-norms-steps holds the whole model: about 4\d\.\d GiB, 22\.0 GiB"):
         tune.check_norms_fit(7_600_000_000, 22 * gib)  # a 7B
+    with pytest.raises(tune.TuneError):  # ... and 24 bytes per weight of a tied output matrix it trains
+        tune.check_norms_fit(1_540_000_000, 22 * gib, 400_000_000)

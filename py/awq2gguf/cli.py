@@ -100,6 +100,10 @@ OPTIONS = options(
                       "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "
                       "if it beats the block-wise model on the held-out samples. Holds the whole model in memory "
                       "(about 6 bytes per weight)."),
+    field_option("tune_norms_output", "--tune-norms-output/--no-tune-norms-output",
+                 help="--tune-norms-steps trains a tied output matrix too (the embedding table: one tensor), through "
+                      "Q4_0 (not when --output-type q8_0 keeps it in Q8_0). About 24 more bytes of memory per weight "
+                      "of it."),
     field_option("calib_samples", "--calib-samples", show_default="16; --quality best: by the model's size",
                  help="Number of calibration sequences."),
     field_option("search_samples", "--search-samples", show_default="all",
@@ -208,7 +212,8 @@ def _print_tuning(summary: Summary) -> None:
         verdict = "kept" if summary.norms_kept else "[red]lost: kept the block-wise model[/]"
         check = ("" if summary.check_norms_kld is None else f"; held-out KLD to FP {summary.check_norms_kld:.4f} vs "
                  f"block-wise {summary.check_blocks_kld:.4f}: {verdict}")
-        err.print(f"norms end to end (peak lr {summary.norms_lr:.3g}): distillation loss "
+        trained = "norms and the tied output matrix" if summary.norms_output else "norms"
+        err.print(f"{trained} end to end (peak lr {summary.norms_lr:.3g}): distillation loss "
                   f"{summary.norms_losses[0]:.4f} -> {summary.norms_losses[-1]:.4f}{check}")
 
 

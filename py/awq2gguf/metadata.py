@@ -69,6 +69,7 @@ class Key(StrEnum):
     TUNE_NORMS_STEPS = "tune.norms_steps", int, "steps of the norms' end-to-end tuning after block-wise tuning"
     TUNE_NORMS_LR_WEIGHTS = "tune.norms_lr_weights", float, "... its peak learning rate in weight units"
     TUNE_NORMS_LOSSES = "tune.norms_losses", str, "... its loss at the first step and the last"
+    TUNE_NORMS_OUTPUT = "tune.norms_output", bool, "... a tied output matrix trained with them, through Q4_0"
     TUNE_NORMS_KEPT = "tune.norms_kept", bool, "... it won the held-out check (false: the block-wise model is kept)"
 
 

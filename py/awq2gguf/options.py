@@ -43,6 +43,7 @@ class Options:
     tune_input: TuneInput = TuneInput.QUANTIZED  # block-wise tuning's input to each block
     # after block-wise tuning: the whole model's norms and biases, end to end
     tune_norms_steps: int = _at_least(0, default=0)
+    tune_norms_output: bool = False  # ... and a tied output matrix with them, through Q4_0
     calib_samples: int | None = _at_least(1, default=None)  # None: the quality's own (quality.resolve)
     search_samples: int | None = _at_least(1, default=None)  # the AWQ search reads N of them, spread; None: all
     calib_tokens: int = _at_least(32, default=256)
@@ -92,6 +93,8 @@ class Options:
         if self.tune_norms_steps and (not self.tune_steps or self.tune_mode == TuneMode.MODEL):
             raise OptionsError("--tune-norms-steps follows block-wise tuning: it needs --tune-steps and --tune-mode "
                                "blocks or auto")
+        if self.tune_norms_output and not self.tune_norms_steps:
+            raise OptionsError("--tune-norms-output trains in the end-to-end tuning: it needs --tune-norms-steps")
 
     @property
     def drops_blocks(self) -> bool:

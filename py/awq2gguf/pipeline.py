@@ -71,6 +71,7 @@ class Summary:
     tuned_blocks: list[tune_blocks.BlockResult] = field(default_factory=list)  # block-wise: each block, in order
     norms_losses: list[float] = field(default_factory=list)  # then the norms end to end: each step's loss
     norms_lr: float | None = None  # ... their peak learning rate in weight units
+    norms_output: bool = False  # ... a tied output matrix trained with them (--tune-norms-output)
     check_blocks_kld: float | None = None  # held-out KLD to FP after block-wise tuning
     check_norms_kld: float | None = None  # ... and after the norms' end-to-end tuning too
 
@@ -139,6 +140,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
             Key.TUNE_NORMS_STEPS: len(summary.norms_losses),
             Key.TUNE_NORMS_LR_WEIGHTS: summary.norms_lr,
             Key.TUNE_NORMS_LOSSES: [summary.norms_losses[0], summary.norms_losses[-1]],
+            Key.TUNE_NORMS_OUTPUT: summary.norms_output,
             Key.TUNE_NORMS_KEPT: summary.norms_kept,
         }
     return metadata.overrides(fields)
@@ -287,21 +289,20 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
 
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: TuneParams, steps: int,
-          lr_grid: float, opts: Options, progress: Progress) -> tuple[list[float], float]:
-    """Tune the folded model's `params`, all in memory, and save what trained; each
-    step's loss and the peak learning rate in weight units."""
+          lr_grid: float, opts: Options, progress: Progress, norms_output: bool = False) -> tuple[list[float], float]:
+    """Tune the folded model's `params` (with norms_output, a tied output matrix beside the norms:
+    tune.trains_tied_output), all in memory, and save what trained; each step's loss and the peak
+    learning rate in weight units."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
     lr = lr_grid * tune.grid_step(model.model.layers)
-    tied_output = tune.trains_tied_output(model, params)
-    if params == TuneParams.ALL:
-        trained = "every block matrix" + (" and the tied output matrix" if tied_output else "")
-    else:
-        trained = "the norms and biases"
+    tied_output = tune.trains_tied_output(model, params, norms_output)
+    trained = ("every block matrix" if params == TuneParams.ALL else "the norms and biases") + (
+        " and the tied output matrix" if tied_output else "")
     with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", steps) as done:
         losses = tune.tune(model, calib.search_ids, teacher, steps, lr, params, opts.tune_loss, opts.seed,
-                           on_progress=done)
+                           on_progress=done, tied_output=tied_output)
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
     streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
@@ -329,8 +330,9 @@ def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher
         with progress.stage("checking the block-wise tuned model on the held-out tokens"):
             summary.check_blocks_kld = _check_kld(streamed.model, held_out, streamed, work)
     blockwise = streamed.branch(work / "norms")
+    summary.norms_output = tune.trains_tied_output(streamed.model, TuneParams.NORMS, opts.tune_norms_output)
     summary.norms_losses, summary.norms_lr = _tune(streamed, calib, teacher, TuneParams.NORMS, opts.tune_norms_steps,
-                                                   tune.LR, opts, progress)
+                                                   tune.LR, opts, progress, summary.norms_output)
     if len(held_out):
         with progress.stage("checking the tuned norms on the held-out tokens"):
             summary.check_norms_kld = _check_kld(streamed.model, held_out, streamed, work)
@@ -450,7 +452,9 @@ def _plan_tuning(streamed: StreamedModel, opts: Options, progress: Progress, sum
         if summary.tune_mode == TuneMode.MODEL:
             progress.note("--tune-norms-steps: not run, whole-model tuning trains the norms already")
         else:
-            tune.check_norms_fit(streamed.n_params(), available_memory())
+            tied = streamed.embed.weight.numel() if tune.trains_tied_output(streamed.model, TuneParams.NORMS,
+                                                                            opts.tune_norms_output) else 0
+            tune.check_norms_fit(streamed.n_params(), available_memory(), tied)
 
 
 def _merge_lora(model_dir: Path, streamed: StreamedModel, adapter: lora.Adapter, opts: Options, work: Path,

@@ -71,10 +71,10 @@ def choose_mode(mode: TuneMode, params: TuneParams, n_params: int, available: in
     return TuneMode.BLOCKS, f"{estimate}: one block at a time"
 
 
-def check_norms_fit(n_params: int, available: int) -> None:
-    """Fail before the slow work if end-to-end tuning of the norms would not fit in MEMORY_SHARE
-    of the free memory."""
-    need = NORMS_BYTES_PER_WEIGHT * n_params + WHOLE_MODEL_BYTES_FIXED
+def check_norms_fit(n_params: int, available: int, tied_output: int = 0) -> None:
+    """Fail before the slow work if end-to-end tuning of the norms (and of the tied_output weights
+    of a tied output matrix) would not fit in MEMORY_SHARE of the free memory."""
+    need = NORMS_BYTES_PER_WEIGHT * n_params + WHOLE_MODEL_BYTES_PER_WEIGHT * tied_output + WHOLE_MODEL_BYTES_FIXED
     if need > MEMORY_SHARE * available:
         raise TuneError(f"--tune-norms-steps holds the whole model: about {need / 2**30:.1f} GiB, "
                         f"{available / 2**30:.1f} GiB are free (block-wise tuning alone needs one block)")
@@ -121,23 +121,25 @@ def distill_loss(logits: torch.Tensor, teacher: Teacher, rows: torch.Tensor, los
     return (kl * scale).sum(-1).mean()
 
 
-def trains_tied_output(model: nn.Module, params: TuneParams) -> bool:
-    """Whether tuning trains the output matrix, which is then the embedding table too (tied).
-    AWQ can only clip a tied output matrix (an untied one gets scales through the final norm), and
-    there training it pays; training an untied one changed nothing, for more time and memory
-    (bench/results/README.md, Quantization-aware tuning with distillation)."""
-    return params == TuneParams.ALL and output_is_tied(model) and not in_q8_0(model.get_output_embeddings())
+def trains_tied_output(model: nn.Module, params: TuneParams, norms_output: bool = False) -> bool:
+    """Whether tuning trains the output matrix, which is then the embedding table too (tied): with
+    params "all", or with "norms" and norms_output (--tune-norms-output). AWQ can only clip a tied
+    output matrix (an untied one gets scales through the final norm), and there training it pays;
+    training an untied one changed nothing, for more time and memory (bench/results/README.md,
+    Quantization-aware tuning with distillation)."""
+    return ((params == TuneParams.ALL or norms_output) and output_is_tied(model)
+            and not in_q8_0(model.get_output_embeddings()))
 
 
-def _trainable(model: nn.Module, params: TuneParams) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """What trains: the weights that go through the fake quantizer (none with "norms"), the decoder
-    blocks' matrices and a tied output matrix (one tensor, the embedding table too); and the
-    parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
+def _trainable(model: nn.Module, params: TuneParams,
+               tied_output: bool) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
+    """What trains: the weights that go through the fake quantizer, the decoder blocks' matrices
+    (not with "norms") and with tied_output the output matrix (one tensor, the embedding table too);
+    and the parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
     exact = [p for p in model.model.parameters() if p.dim() == 1]
-    if params != TuneParams.ALL:
-        return [], exact
-    weights = [m.weight for m in model.model.layers.modules() if isinstance(m, nn.Linear)]
-    if trains_tied_output(model, params):
+    weights = [m.weight for m in model.model.layers.modules() if isinstance(m, nn.Linear)] \
+        if params == TuneParams.ALL else []
+    if tied_output:
         weights.append(model.get_input_embeddings().weight)
     return weights, exact
 
@@ -211,10 +213,11 @@ class ThroughQ4_0:
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
          params: TuneParams = TuneParams.ALL, loss: TuneLoss = TuneLoss.KL, seed: int = 0,
-         on_progress: OnProgress = no_progress) -> list[float]:
+         on_progress: OnProgress = no_progress, tied_output: bool | None = None) -> list[float]:
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
-    epochs; returns each step's loss. Afterwards the matrices hold their latent FP32 weights; an
+    epochs; returns each step's loss. tied_output: whether a tied output matrix trains (None:
+    trains_tied_output(model, params)). Afterwards the matrices hold their latent FP32 weights; an
     untied embedding table and output matrix hold their quantized values."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
@@ -225,7 +228,9 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
         p.requires_grad_(False)
     model.to(device)
     teacher = _on(teacher, device)
-    trainer = ThroughQ4_0(*_trainable(model, params), lr, steps)
+    if tied_output is None:
+        tied_output = trains_tied_output(model, params)
+    trainer = ThroughQ4_0(*_trainable(model, params, tied_output), lr, steps)
     losses = []
     try:
         for step, rows in enumerate(batches(len(input_ids), steps, seed)):
