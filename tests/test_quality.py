@@ -18,7 +18,7 @@ from awq2gguf.modes import Quality, TuneMode
 from awq2gguf.options import Options
 
 
-@pytest.mark.parametrize("n_params,samples,searched,steps", [(135e6, 128, 128, 64), (1.5e9, 128, 32, 32),
+@pytest.mark.parametrize("n_params,samples,searched,steps", [(135e6, 128, 128, 128), (1.5e9, 128, 32, 32),
                                                               (7.6e9, 16, 16, 32)])
 def test_best_is_the_preset_for_the_model_s_size(n_params, samples, searched, steps):
     job = quality.resolve(Options(quality=Quality.BEST), int(n_params))
@@ -63,9 +63,10 @@ def test_best_on_the_command_line_tunes_and_says_so(tiny_hf, calib_text, tmp_pat
     assert result.exit_code == 0, result.output
     said = " ".join(result.output.split())
     assert "--quality best for" in said
-    assert "--calib-samples 4 --search-samples 4 --tune-steps 64 --tune-mode blocks; expected about" in said
+    steps = quality.preset(10**6).tune_steps
+    assert f"--calib-samples 4 --search-samples 4 --tune-steps {steps} --tune-mode blocks; expected about" in said
     fields = GGUFReader(out).fields
-    assert fields[Key.TUNE_STEPS.gguf].contents() == 64
+    assert fields[Key.TUNE_STEPS.gguf].contents() == steps
     assert fields[Key.TUNE_MODE.gguf].contents() == "blocks"
     assert fields[Key.CALIBRATION_SAMPLES.gguf].contents() == 4
     assert fields[Key.CALIBRATION_SEARCH_SAMPLES.gguf].contents() == 4

@@ -24,7 +24,7 @@ class Preset:
     tune_steps: int  # per block
 
 
-BEST = (Preset(1.0e9, calib_samples=128, search_samples=128, tune_steps=64),
+BEST = (Preset(1.0e9, calib_samples=128, search_samples=128, tune_steps=128),
         Preset(4.0e9, calib_samples=128, search_samples=32, tune_steps=32),
         Preset(float("inf"), calib_samples=16, search_samples=16, tune_steps=32))
 FAST_CALIB_SAMPLES = 16  # the default job's
