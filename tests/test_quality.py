@@ -37,7 +37,7 @@ def test_given_sample_counts_are_kept_and_fast_reads_16_unless_given():
     assert quality.resolve(Options(calib_samples=40), 10**8) == Options(calib_samples=40)
 
 
-def test_spread_samples_run_over_all_of_them_and_all_are_all_in_order():
+def test_spread_samples_are_even_and_all_of_them_are_every_one_in_order():
     calib = Calibration(torch.arange(10)[:, None].repeat(1, 4), "file:x.txt", n_held_out=2)
     assert calib.spread_ids(8).equal(calib.search_ids)
     assert calib.spread_ids(3)[:, 0].tolist() == [0, 4, 7]
