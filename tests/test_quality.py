@@ -19,7 +19,7 @@ from awq2gguf.options import Options
 
 
 @pytest.mark.parametrize("n_params,samples,searched,steps", [(135e6, 128, 128, 128), (1.5e9, 128, 32, 32),
-                                                              (7.6e9, 16, 16, 32)])
+                                                              (7.6e9, 16, 16, 16)])
 def test_best_is_the_preset_for_the_model_s_size(n_params, samples, searched, steps):
     job = quality.resolve(Options(quality=Quality.BEST), int(n_params))
     assert (job.calib_samples, job.search_samples, job.tune_steps, job.tune_mode) == (

@@ -26,7 +26,7 @@ class Preset:
 
 BEST = (Preset(1.0e9, calib_samples=128, search_samples=128, tune_steps=128),
         Preset(4.0e9, calib_samples=128, search_samples=32, tune_steps=32),
-        Preset(float("inf"), calib_samples=16, search_samples=16, tune_steps=32))
+        Preset(float("inf"), calib_samples=16, search_samples=16, tune_steps=16))
 FAST_CALIB_SAMPLES = 16  # the default job's
 MOST_SAMPLES = max(p.calib_samples for p in BEST)  # the most calibration samples a preset reads
 
