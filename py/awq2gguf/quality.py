@@ -5,6 +5,9 @@ block-wise tuning on more calibration text, sized so the job stays within hours 
 (bench/results/README.md, "Against the formats users pick"): the table below, by the model's weights.
 Above 1B weights the AWQ search reads a quarter of the samples: it costs the small models about 5%
 in KLD and takes the 1.5B job under 45 minutes (bench/results/README.md, "What the search's samples cost").
+Up to 1B weights 128 steps per block beat 64 (the twins' KLD 5-12% lower, minutes more); above 4B 16
+steps cost the twins no measurable KLD at that preset's 16 samples and take the 7B job's estimate to
+about 94 minutes (bench/results/README.md, "More tuning steps below 1B", "Fewer tuning steps above 4B").
 """
 
 from __future__ import annotations

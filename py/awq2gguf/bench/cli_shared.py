@@ -15,10 +15,10 @@ from ..assets.dev_models import DEV_MODEL_NAMES, DEV_MODELS
 from ..assets.synthetic import DEFAULT_SHAPE, SHAPES
 from ..builds import BENCH_BUILD_NAMES, BUILD_NAMES, get_build
 from .. import cli_options
-from ..quality import FAST_CALIB_SAMPLES
 from ..host import cpu_info
 from ..paths import DEFAULT_EVAL_TEXT
 from ..progress import RichProgress, ticks
+from ..quality import FAST_CALIB_SAMPLES
 from . import results, tables
 from .machine import busy_warning, threads_warning
 from .models import quantized_by, synthetic_f16

@@ -14,8 +14,8 @@ from ...assets.dev_models import DEV_MODELS, f16_gguf, hf_folder
 from ...builds import get_build
 from ...convert import convert_hf_to_gguf
 from ...options import Options
-from ...quality import FAST_CALIB_SAMPLES
 from ...paths import MODELS_DIR
+from ...quality import FAST_CALIB_SAMPLES
 from .. import perplexity
 from ..awq import CALIBRATION_FILE, Made, awq2gguf, calibration_file
 from ..cli_shared import BUILD, DEV_MODEL, JSON, PERPLEXITY_TEXT, THREADS, check_machine, check_text, err, finish, \
