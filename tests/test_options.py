@@ -73,6 +73,7 @@ def test_awq2gguf_takes_every_field_of_options():
     ({"tune_mode": "blocks", "tune_params": "norms"}, "--tune-params norms trains the whole model's norms"),
     ({"tune_norms_steps": 2}, "--tune-norms-steps follows block-wise tuning"),
     ({"tune_steps": 2, "tune_norms_output": True}, "--tune-norms-output trains in the end-to-end tuning"),
+    ({"tune_scales": True}, "--tune-scales learns the scales in the tuning"),
     ({"output_type": "q8_0", "qtype": "Q4_K_M"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"output_type": "q8_0", "engine": "autoawq"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"quality": "best", "tune_steps": 8}, "--quality best chooses --tune-steps and --tune-mode"),

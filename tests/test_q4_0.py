@@ -1,4 +1,5 @@
-"""The torch Q4_0 fake-quantizer is bit-identical to ggml's (gguf.quants mirrors ggml exactly)."""
+"""The torch Q4_0 fake-quantizer is bit-identical to ggml's (gguf.quants mirrors ggml exactly); with
+learned scales its result is its own ggml round trip, and the scales' gradient is LSQ's."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,7 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
-from awq2gguf.q4_0 import q4_0_dequantize, q4_0_fake_quant, q4_0_quantize
+from awq2gguf.q4_0 import BLOCK, q4_0_dequantize, q4_0_fake_quant, q4_0_quantize, q4_0_scale_grad
 
 
 def reference(w: np.ndarray) -> np.ndarray:
@@ -50,3 +51,44 @@ def test_quantize_stores_what_ggml_stores(seed, rows, cols):
     assert np.array_equal(blocks[:, :2].copy().view(np.float16).ravel(), d.numpy().ravel())
     assert np.array_equal(blocks[:, 2:], q[:, :16] | (q[:, 16:] << 4))
     assert np.array_equal(q4_0_dequantize(torch.from_numpy(q).reshape(w.shape), d).numpy(), reference(w))
+
+
+def _scales(seed: int, n_blocks: int) -> torch.Tensor:
+    """Scales in [0.5, 1], with the ends and 1 just below (the peak value rounds to -8 there, not past it)."""
+    rng = np.random.default_rng(seed)
+    s = rng.uniform(0.5, 1, (n_blocks, 1)).astype(np.float32)
+    s[:3] = [[1.0], [0.5], [0.97]]
+    return torch.from_numpy(s)
+
+
+@pytest.mark.parametrize("seed,rows,cols", [(0, 64, 896), (1, 37, 4864)])
+def test_a_learned_grid_is_its_own_ggml_round_trip(seed, rows, cols):
+    """What q4_0_fake_quant gives with scales is what ggml's Q4_0 of it gives back (value for value:
+    an all-zero block's -0 comes back +0): a GGUF of the tuned weights holds the learned grid. At scale
+    1 it is ggml's own, bit for bit."""
+    w = weights_with_tails(seed, rows, cols)
+    scale = _scales(seed, w.size // BLOCK)
+    ours = q4_0_fake_quant(torch.from_numpy(w), scale).numpy()
+    assert np.array_equal(reference(ours), ours)
+    plain = reference(w)
+    assert not np.array_equal(ours, plain)
+    ones = q4_0_fake_quant(torch.from_numpy(w), torch.ones(w.size // BLOCK, 1)).numpy()
+    assert np.array_equal(ones.view(np.uint32), plain.view(np.uint32))
+
+
+def test_the_scales_gradient_is_lsqs_straight_through_rounding():
+    """q4_0_scale_grad against autograd over an LSQ fake quantizer written out (d = ggml's d times the
+    scale, the rounding straight through inside the grid, a clamped value moving with d only)."""
+    w = torch.from_numpy(weights_with_tails(3, 16, 256))
+    scale = _scales(3, w.numel() // BLOCK)
+    grad = torch.randn(w.shape, generator=torch.Generator().manual_seed(0))
+    blocks = w.reshape(-1, BLOCK)
+    peak = blocks.gather(1, blocks.abs().argmax(1, keepdim=True))
+    s = scale.clone().requires_grad_(True)
+    d = peak * s / -8
+    t = blocks / torch.where(d == 0, torch.ones_like(d), d) * (d != 0)
+    level = (t + 8.5).trunc().clamp(0, 15).detach() - 8
+    inside = (t >= -8.5) & (t < 7.5)
+    level = torch.where(inside, t + (level - t).detach(), level)
+    ((level * d).reshape(w.shape) * grad).sum().backward()
+    assert torch.allclose(q4_0_scale_grad(w, scale, grad), s.grad, rtol=1e-4, atol=1e-6)

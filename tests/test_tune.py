@@ -367,6 +367,36 @@ def test_block_wise_tuned_gguf_is_the_trained_model(model_dir, calib_text, tmp_p
                 assert np.array_equal(np.asarray(t.data).reshape(-1), w.numpy().reshape(-1)), local
 
 
+def test_learned_scales_are_the_grid_the_gguf_holds(model_dir, calib_text, tmp_path, monkeypatch):
+    """--tune-scales: each block's scales train (off 1, inside [SCALE_MIN, 1]) and OUT's matrices are
+    exactly the learned grid: the Q4_0 round trips of the latents with their scales, not ggml's grid
+    of the latents."""
+    finished = []
+
+    def catching(trainer):
+        finished.append([(latent.clone(), scale.clone()) for latent, scale in zip(trainer.latents, trainer.scales)])
+        finish(trainer)
+    finish = tune.ThroughQ4_0.finish
+    monkeypatch.setattr(tune.ThroughQ4_0, "finish", catching)
+    out = tmp_path / "out.gguf"
+    output, meta = _block_wise(model_dir, calib_text, out, 0, "--tune-scales")
+    assert "through Q4_0, scales learned" in " ".join(output.split())
+    assert meta[Key.TUNE_SCALES.gguf] is True and meta[Key.TUNE_BLOCKS_KEPT.gguf] == 2
+    assert len(finished) == 2 and all(len(block) == 7 for block in finished)
+    scales = torch.cat([scale for block in finished for _, scale in block])
+    assert scales.min() >= tune.SCALE_MIN and scales.max() <= 1 and (scales < 1).float().mean() > 0.5
+    tensors = {t.name: t for t in GGUFReader(out).tensors}
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, 2)
+    layer = AutoModelForCausalLM.from_pretrained(model_dir).model.layers[0]
+    matrices = [n for n, m in layer.named_modules() if isinstance(m, nn.Linear)]
+    for i, block in enumerate(finished):
+        for local, (latent, scale) in zip(matrices, block):
+            t = tensors[names.get_name(f"model.layers.{i}.{local}.weight", try_suffixes=(".weight",))]
+            written = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type).reshape(latent.shape)
+            assert np.array_equal(written, q4_0_fake_quant(latent, scale).numpy()), local
+            assert not np.array_equal(written, q4_0_fake_quant(latent).numpy()), local
+
+
 @pytest.mark.parametrize("bf16", [False, True])
 def test_block_wise_training_runs_in_bf16_and_its_checks_in_fp32(model_dir, tmp_path, monkeypatch, bf16):
     """With bf16 the training steps' matrix products are bf16 (autocast); the held-out checks and the

@@ -95,6 +95,9 @@ OPTIONS = options(
     field_option("tune_loss", "--tune-loss", type=click.Choice(TuneLoss.values()),
                  help="kl: the KL divergence per token, averaged; tsld: weighted by the softmax of the teacher's own "
                       "cross-entropy on each next token (TSLD, Kim et al. 2023)."),
+    field_option("tune_scales", "--tune-scales/--no-tune-scales",
+                 help="The tuning learns each Q4_0 block's scale too, as a factor of ggml's in [0.5, 1] (a grid "
+                      "that clips the block; LSQ's gradient), beside the weights; the GGUF holds the learned grid."),
     field_option("tune_norms_steps", "--tune-norms-steps",
                  help="After block-wise tuning, train the whole model's norms and biases end to end for this many "
                       "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "

@@ -60,6 +60,7 @@ class Key(StrEnum):
     TUNE_STEPS = "tune.steps", int, "tuning steps (block-wise: per block)"
     TUNE_LR = "tune.lr", float, "tuning's peak learning rate in Q4_0 grid steps"
     TUNE_KEPT = "tune.kept", bool, "tuning won the held-out check (false: the file is the untuned model)"
+    TUNE_SCALES = "tune.scales", bool, "tuning learned each Q4_0 block's scale beside the weights"
     TUNE_LR_WEIGHTS = "tune.lr_weights", float, "whole-model tuning's peak learning rate in weight units"
     TUNE_PARAMS = "tune.params", str, "what whole-model tuning trained (--tune-params)"
     TUNE_LOSS = "tune.loss", str, "whole-model tuning's distillation loss (--tune-loss)"

@@ -41,6 +41,7 @@ class Options:
     tune_loss: TuneLoss = TuneLoss.KL
     tune_mode: TuneMode = TuneMode.AUTO
     tune_input: TuneInput = TuneInput.QUANTIZED  # block-wise tuning's input to each block
+    tune_scales: bool = False  # each Q4_0 block's scale learned beside the weights (tune.ThroughQ4_0)
     # after block-wise tuning: the whole model's norms and biases, end to end
     tune_norms_steps: int = _at_least(0, default=0)
     tune_norms_output: bool = False  # ... and a tied output matrix with them, through Q4_0
@@ -93,6 +94,8 @@ class Options:
         if self.tune_norms_steps and (not self.tune_steps or self.tune_mode == TuneMode.MODEL):
             raise OptionsError("--tune-norms-steps follows block-wise tuning: it needs --tune-steps and --tune-mode "
                                "blocks or auto")
+        if self.tune_scales and not self.tune_steps and self.quality != Quality.BEST:
+            raise OptionsError("--tune-scales learns the scales in the tuning: it needs --tune-steps")
         if self.tune_norms_output and not self.tune_norms_steps:
             raise OptionsError("--tune-norms-output trains in the end-to-end tuning: it needs --tune-norms-steps")
 

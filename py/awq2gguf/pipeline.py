@@ -125,6 +125,7 @@ def provenance(opts: Options, calib: calibration.Calibration, summary: Summary,
             Key.TUNE_STEPS: opts.tune_steps,  # block-wise: per block
             Key.TUNE_LR: summary.tune_lr_grid,  # in Q4_0 grid steps
             Key.TUNE_KEPT: summary.tune_kept,  # false: OUT is the untuned model
+            Key.TUNE_SCALES: opts.tune_scales,
         }
     if summary.tune_losses:
         fields |= {
@@ -236,7 +237,8 @@ def _tune_searched(streamed: StreamedModel, calib: calibration.Calibration, opts
     untuned = streamed.branch(work / "tuned")
     if summary.tune_mode == TuneMode.MODEL:
         summary.tune_losses, summary.tune_lr = _tune(streamed, calib, teacher, opts.tune_params, opts.tune_steps,
-                                                     summary.tune_lr_grid, opts, progress)
+                                                     summary.tune_lr_grid, opts, progress,
+                                                     tune.trains_tied_output(streamed.model, opts.tune_params))
     else:
         _tune_blocks(streamed, calib, opts, progress, summary)
         if opts.tune_norms_steps:
@@ -289,20 +291,20 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
 
 
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: TuneParams, steps: int,
-          lr_grid: float, opts: Options, progress: Progress, norms_output: bool = False) -> tuple[list[float], float]:
-    """Tune the folded model's `params` (with norms_output, a tied output matrix beside the norms:
+          lr_grid: float, opts: Options, progress: Progress, tied_output: bool) -> tuple[list[float], float]:
+    """Tune the folded model's `params` (and with tied_output its tied output matrix: the caller's
     tune.trains_tied_output), all in memory, and save what trained; each step's loss and the peak
     learning rate in weight units."""
     model = streamed.model
     with progress.stage("loading the folded model for tuning"):
         streamed.load(*streamed.parts)
     lr = lr_grid * tune.grid_step(model.model.layers)
-    tied_output = tune.trains_tied_output(model, params, norms_output)
     trained = ("every block matrix" if params == TuneParams.ALL else "the norms and biases") + (
         " and the tied output matrix" if tied_output else "")
-    with progress.stage(f"tuning {trained} through Q4_0 ({opts.tune_loss})", steps) as done:
+    scales = ", scales learned" if opts.tune_scales and (params == TuneParams.ALL or tied_output) else ""
+    with progress.stage(f"tuning {trained} through Q4_0{scales} ({opts.tune_loss})", steps) as done:
         losses = tune.tune(model, calib.search_ids, teacher, steps, lr, params, opts.tune_loss, opts.seed,
-                           on_progress=done, tied_output=tied_output)
+                           on_progress=done, tied_output=tied_output, scales=opts.tune_scales)
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
     streamed.save(*trained_parts)  # saving releases them
     streamed.release(streamed.embed, streamed.head)  # what did not train goes unsaved
@@ -313,12 +315,13 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
                  summary: Summary) -> None:
     """Tune the folded model one decoder block at a time, saving each block that beat its untuned self."""
     n_layers, steps = len(streamed.model.model.layers), opts.tune_steps
-    with progress.stage(f"tuning {n_layers} blocks through Q4_0, {steps} steps each (input: {opts.tune_input}, "
+    scales = ", scales learned" if opts.tune_scales else ""
+    with progress.stage(f"tuning {n_layers} blocks through Q4_0{scales}, {steps} steps each (input: {opts.tune_input}, "
                         f"{summary.precision})", n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),
             opts.tune_input == TuneInput.QUANTIZED, opts.seed, summary.precision == Precision.BF16,
-            on_progress=done)
+            opts.tune_scales, on_progress=done)
 
 
 def _tune_norms(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, opts: Options,

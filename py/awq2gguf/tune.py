@@ -30,7 +30,7 @@ from .awq.forward import RESIDENT, Weights, model_log_probs
 from .errors import Awq2ggufError
 from .modes import TuneLoss, TuneMode, TuneParams
 from .progress import OnProgress, no_progress
-from .q4_0 import BLOCK, q4_0_fake_quant
+from .q4_0 import BLOCK, q4_0_fake_quant, q4_0_scale_grad
 from .q8_0 import fake_quant, in_q8_0
 
 # The teacher's log-probabilities kept per token: 256 gave both development models a lower KLD to FP
@@ -40,6 +40,10 @@ LR = 0.008  # peak learning rate in Q4_0 grid steps (grid_step)
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
 SEQUENCES_PER_STEP = 4
 WARMUP = 0.1  # share of the steps over which the learning rate rises
+# Learned Q4_0 scales (ThroughQ4_0's scales): their peak learning rate (a factor of ggml's d per step)
+# and their floor (AutoRound's and OmniQuant's clipping ranges start at half).
+SCALE_LR = 0.005
+SCALE_MIN = 0.5
 # Whole-model tuning's peak: per weight its FP32 value, latent, gradient and Adam's two moments (20
 # bytes) and the activations, plus the logits and the teacher; fitted to the development models'
 # measured peaks (bench/results/README.md, Quantization-aware tuning with distillation).
@@ -179,33 +183,47 @@ class ThroughQ4_0:
     """AdamW with the schedule above on FP32 latent copies of `quantized` and on `exact` as they are.
     Before each step's forward, quantize() makes the weights their latents' Q4_0 round trips; step()
     passes their gradient straight through to the latents (STE); finish() leaves the latents in the
-    weights, whose round-to-nearest Q4_0 is then exactly the model that was trained."""
+    weights, whose round-to-nearest Q4_0 is then exactly the model that was trained. With scales,
+    each Q4_0 block's d is ggml's times a scale of its own, learned too (LSQ's gradient, kept in
+    [SCALE_MIN, 1]); finish() then leaves the weights' round trips, which are their own Q4_0 round
+    trips (q4_0_fake_quant), so the GGUF holds the learned grid."""
 
-    def __init__(self, quantized: list[nn.Parameter], exact: list[nn.Parameter], lr: float, steps: int):
+    def __init__(self, quantized: list[nn.Parameter], exact: list[nn.Parameter], lr: float, steps: int,
+                 scales: bool = False):
         self.quantized, self.exact = quantized, exact
         for p in quantized + exact:
             p.requires_grad_(True)
         self.latents = [w.detach().clone() for w in quantized]
+        self.scales = [torch.ones(w.numel() // BLOCK, 1, device=w.device) for w in quantized] if scales else []
         # fused: one pass over all the tensors per step rather than a loop of small ops per tensor
-        self.optimizer = torch.optim.AdamW(self.latents + exact, lr=lr, weight_decay=0.0, fused=True)
+        groups = [{"params": self.latents + exact}] + ([{"params": self.scales, "lr": SCALE_LR}] if scales else [])
+        self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0, fused=True)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _schedule(step, steps))
+
+    def _scale(self, i: int) -> torch.Tensor | None:
+        return self.scales[i] if self.scales else None
 
     @torch.no_grad()
     def quantize(self) -> None:
-        for w, latent in zip(self.quantized, self.latents):
-            w.copy_(q4_0_fake_quant(latent))
+        for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
+            w.copy_(q4_0_fake_quant(latent, self._scale(i)))
 
     def step(self) -> None:
-        for w, latent in zip(self.quantized, self.latents):
+        for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
+            if self.scales:
+                self.scales[i].grad = q4_0_scale_grad(latent, self.scales[i], w.grad)
             latent.grad, w.grad = w.grad, None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
+        with torch.no_grad():
+            for scale in self.scales:
+                scale.clamp_(SCALE_MIN, 1)
 
     @torch.no_grad()
     def finish(self) -> None:
-        for w, latent in zip(self.quantized, self.latents):
-            w.copy_(latent)
+        for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
+            w.copy_(latent if not self.scales else q4_0_fake_quant(latent, self.scales[i]))
         for p in self.quantized + self.exact:
             p.requires_grad_(False)
             p.grad = None
@@ -213,12 +231,13 @@ class ThroughQ4_0:
 
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
          params: TuneParams = TuneParams.ALL, loss: TuneLoss = TuneLoss.KL, seed: int = 0,
-         on_progress: OnProgress = no_progress, tied_output: bool | None = None) -> list[float]:
+         on_progress: OnProgress = no_progress, tied_output: bool | None = None, scales: bool = False) -> list[float]:
     """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
     epochs; returns each step's loss. tied_output: whether a tied output matrix trains (None:
-    trains_tied_output(model, params)). Afterwards the matrices hold their latent FP32 weights; an
-    untied embedding table and output matrix hold their quantized values."""
+    trains_tied_output(model, params)); scales: each Q4_0 block's scale is learned too (ThroughQ4_0).
+    Afterwards the matrices hold what ThroughQ4_0.finish leaves; an untied embedding table and output
+    matrix hold their quantized values."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
     with torch.no_grad():
@@ -230,7 +249,7 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
     teacher = _on(teacher, device)
     if tied_output is None:
         tied_output = trains_tied_output(model, params)
-    trainer = ThroughQ4_0(*_trainable(model, params, tied_output), lr, steps)
+    trainer = ThroughQ4_0(*_trainable(model, params, tied_output), lr, steps, scales)
     losses = []
     try:
         for step, rows in enumerate(batches(len(input_ids), steps, seed)):

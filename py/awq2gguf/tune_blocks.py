@@ -80,13 +80,13 @@ def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
 
 
 def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: BlockKwargs, steps: int, lr: float,
-           seed: int, bf16: bool, on_step: Callable[[int, float], None]) -> list[float]:
-    """Train layer's matrices through Q4_0 (and its norms and biases) for `steps` steps so that its
-    output on x approaches target (with bf16, the forward and backward under bf16 autocast);
-    afterwards its matrices hold their latent FP32 weights."""
+           seed: int, bf16: bool, scales: bool, on_step: Callable[[int, float], None]) -> list[float]:
+    """Train layer's matrices through Q4_0 (with scales, their blocks' scales too) and its norms and
+    biases for `steps` steps so that its output on x approaches target (with bf16, the forward and
+    backward under bf16 autocast); afterwards its matrices hold what ThroughQ4_0.finish leaves."""
     quantized = [m.weight for m in layer.modules() if isinstance(m, nn.Linear)]
     exact = [p for p in layer.parameters() if p.dim() == 1]
-    trainer = ThroughQ4_0(quantized, exact, lr, steps)
+    trainer = ThroughQ4_0(quantized, exact, lr, steps, scales)
     losses = []
     try:
         for step, rows in enumerate(batches(len(x), steps, seed)):
@@ -105,13 +105,14 @@ def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: Bloc
 
 def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.Tensor, steps: int, lr: float,
                 folded: Weights, original: Weights, own_input: bool = True, seed: int = 0, bf16: bool = False,
-                on_progress: OnProgress = no_progress) -> list[BlockResult]:
+                scales: bool = False, on_progress: OnProgress = no_progress) -> list[BlockResult]:
     """Tune each decoder block of `model` in turn for `steps` steps of tune.SEQUENCES_PER_STEP
     sequences of input_ids, at a peak learning rate of `lr` Q4_0 grid steps of that block
     (tune.grid_step). Each block's AWQ weights come from `folded`, its FP ones from `original`; a
     block is saved to `folded` only if it beats its untuned self on held_out_ids (always, without
     held-out samples). With own_input the block's input is the tuned model's, else the FP model's;
-    with bf16 the training steps run under bf16 autocast."""
+    with bf16 the training steps run under bf16 autocast; with scales each Q4_0 block's scale is learned
+    too (ThroughQ4_0)."""
     train = _Stream.start(model, input_ids, original, folded, own_input)
     held_out = _Stream.start(model, held_out_ids, original, folded, own_input) if len(held_out_ids) else None
     streams = [s for s in (train, held_out) if s is not None]
@@ -123,7 +124,7 @@ def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.T
         untuned = [p.detach().clone() for p in layer.parameters()]
         before = _error(layer, held_out, targets[1]) if held_out else None
         losses = _train(layer, train.input, targets[0], train.kwargs, steps, lr * grid_step(layer), seed + i,
-                        bf16, lambda step, loss: on_progress(i * steps + step,
+                        bf16, scales, lambda step, loss: on_progress(i * steps + step,
                                                        f"block {i + 1}/{n_layers}, loss {loss:.3g}"))
         after = _error(layer, held_out, targets[1]) if held_out else None
         result = BlockResult(losses[0], losses[-1], before, after)
