@@ -40,9 +40,10 @@ LR = 0.008  # peak learning rate in Q4_0 grid steps (grid_step)
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
 SEQUENCES_PER_STEP = 4
 WARMUP = 0.1  # share of the steps over which the learning rate rises
-# Learned Q4_0 scales (ThroughQ4_0's scales): their peak learning rate (a factor of ggml's d per step)
-# and their floor (AutoRound's and OmniQuant's clipping ranges start at half).
-SCALE_LR = 0.005
+# Learned Q4_0 scales (ThroughQ4_0's scales): their peak learning rate (a factor of ggml's d per step;
+# faster ones lost, bench/results/README.md, Learned Q4_0 scales) and their floor (AutoRound's and
+# OmniQuant's clipping ranges start at half).
+SCALE_LR = 0.001
 SCALE_MIN = 0.5
 # Whole-model tuning's peak: per weight its FP32 value, latent, gradient and Adam's two moments (20
 # bytes) and the activations, plus the logits and the teacher; fitted to the development models'
