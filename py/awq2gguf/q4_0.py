@@ -19,7 +19,9 @@ def _blocks(w: torch.Tensor, scale: torch.Tensor | None = None) -> tuple[torch.T
     if w.shape[-1] % BLOCK:
         raise ValueError(f"Q4_0 needs rows that are a multiple of {BLOCK} long, got {w.shape[-1]}")
     blocks = w.reshape(-1, BLOCK).float()
-    d = _peak(blocks) / -8 if scale is None else _peak(blocks) * scale / -8
+    d = _peak(blocks) / -8
+    if scale is not None:
+        d = d * scale  # as q4_0_scale_grad takes it
     # In place after the first product: a 7B block is 0.9 GB per temporary.
     return (blocks * _inverse(d)).add_(8.5).trunc_().clamp_(0, 15), d.half()
 

@@ -224,7 +224,7 @@ class ThroughQ4_0:
     @torch.no_grad()
     def finish(self) -> None:
         for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
-            w.copy_(latent if not self.scales else q4_0_fake_quant(latent, self.scales[i]))
+            w.copy_(q4_0_fake_quant(latent, self._scale(i)) if self.scales else latent)
         for p in self.quantized + self.exact:
             p.requires_grad_(False)
             p.grad = None
