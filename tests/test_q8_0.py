@@ -1,15 +1,13 @@
 """q8_0.py: ggml's Q8_0 round trip in torch, bit for bit (gguf-py's quantizer is the reference; the
-converter's Q8_0 equals llama-quantize's, patch 0024), and the modules marked to be kept in Q8_0."""
+converter's Q8_0 equals llama-quantize's, patch 0024)."""
 
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
-from torch import nn
 
-from awq2gguf.q4_0 import q4_0_fake_quant
-from awq2gguf.q8_0 import fake_quant, in_q8_0, keep_in_q8_0, q8_0_fake_quant
+from awq2gguf.q8_0 import q8_0_fake_quant
 
 
 def reference(w: torch.Tensor) -> torch.Tensor:
@@ -31,14 +29,3 @@ def test_the_round_trip_is_ggml_s(scale):
 def test_rows_must_hold_whole_blocks():
     with pytest.raises(ValueError, match="multiple of 32"):
         q8_0_fake_quant(torch.zeros(2, 48))
-
-
-def test_a_module_kept_in_q8_0_gets_q8_0_the_others_q4_0():
-    w = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
-    kept, other = nn.Linear(64, 8), nn.Linear(64, 8)
-    keep_in_q8_0(kept)
-    assert in_q8_0(kept) and not in_q8_0(other)
-    assert torch.equal(fake_quant(kept, w), q8_0_fake_quant(w))
-    assert torch.equal(fake_quant(other, w), q4_0_fake_quant(w))
-    # Q8_0's grid is 16 times finer: its error is far below Q4_0's.
-    assert (fake_quant(kept, w) - w).abs().max() < (fake_quant(other, w) - w).abs().max() / 8

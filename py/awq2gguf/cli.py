@@ -32,12 +32,12 @@ HELP = f"""Quantize the Hugging Face model in MODEL_DIR to OUT.gguf with AWQ sca
 compensated rounding.
 
 Calibrates on text (optionally merging a LoRA adapter first and dropping whole decoder blocks
-after), searches per-channel AWQ scales and per-block clipping against llama.cpp's
-exact Q4_0 quantizer, rounds column by column with GPTQ-style error compensation on the same grid,
-and folds the result into weights whose plain Q4_0 rounding is exactly what was searched (a standard
-model: stock llama.cpp loads the result too); optionally trains it further through the same quantizer
+after), searches per-channel AWQ scales against ggml's exact quantizer of the type each matrix gets
+in OUT (--qtype: llama.cpp's per-tensor mixture), and on Q4_0 per-block clipping and column-by-column
+GPTQ-style error compensation, and folds the result into weights whose plain rounding is exactly
+what was searched (a standard model: stock llama.cpp loads the result too); optionally trains it further through the same quantizer
 against the FP model's next-token distributions (--tune-steps). Each choice is kept only where it beats plain rounding,
-and the finished model is checked against plain Q4_0 on held-out calibration text. The model is held
+and the finished model is checked against plain rounding on held-out calibration text. The model is held
 one decoder block at a time; the vendored convert_hf_to_gguf.py writes OUT (other --qtype values and
 --build stock go through an F32 GGUF and llama-quantize). OUT appears only when complete.
 
@@ -49,8 +49,12 @@ Supported architectures: {", ".join(SUPPORTED_ARCHITECTURES)}.
 # (the defaults and least values come from Options).
 OPTIONS = options(
     field_option("qtype", "--qtype", type=click.Choice(QType.values(), case_sensitive=False),
-                 help="Type of OUT. The scales are searched for Q4_0; Q4_0 puts every weight, output and embeddings "
-                      "included, in Q4_0 (the patched llama-quantize)."),
+                 help="Type of OUT, as llama-quantize names it. Q4_0 puts every weight, output and embeddings "
+                      "included, in Q4_0 (the patched llama-quantize), the fastest file; the K-quant and IQ4 types "
+                      "are llama.cpp's mixtures (each matrix's type as llama-quantize chooses it, falling back where "
+                      "a row length does not take a type's blocks, said in the log), with the scales searched on "
+                      "each matrix's own grid and an imatrix of the calibration; clipping, compensated rounding and "
+                      "tuning act on Q4_0 matrices only."),
     field_option("calib", "--calib", type=click.Path(dir_okay=False, path_type=Path),
                  help="Calibration text: plain text, or .jsonl with a \"text\" field per line. Default: the model "
                       "samples its own text with llama.cpp from an all-Q4_0 GGUF."),
@@ -115,7 +119,7 @@ OPTIONS = options(
     field_option("calib_tokens", "--calib-tokens", help="Tokens per calibration sequence."),
     field_option("calib_held_out", "--calib-held-out",
                  help="More calibration sequences, never searched on: the finished model's KL divergence to FP on "
-                      "them is checked against plain Q4_0's, and plain Q4_0 is written if AWQ lost (both are printed "
+                      "them is checked against plain rounding's, and plain rounding is written if AWQ lost (both are printed "
                       "and recorded in OUT's metadata). 0: no check."),
     field_option("prompts", "--prompts/--no-prompts",
                  help="Self-sampled calibration: start the sequences in turn from the opening of a passage (history, "
@@ -128,6 +132,10 @@ OPTIONS = options(
     field_option("compensate", "--compensate/--no-compensate",
                  help="Last, round each linear's weights column by column, pushing each column's error onto the "
                       "columns not yet rounded (GPTQ on the exact Q4_0 grid; llama-quantize reproduces it)."),
+    field_option("imatrix", "--imatrix/--no-imatrix",
+                 help="The K-quant and IQ4 --qtype: quantize with an importance matrix of the calibration inputs "
+                      "(what llama-imatrix collects, of the inputs the scaled matrices see), the same one the search "
+                      "weighed its errors by; --no-imatrix: plain llama-quantize."),
     field_option("untie_output", "--untie-output", is_flag=True,
                  help="Give tied models a separate output matrix so AWQ can scale it (costs one more vocab x hidden "
                       "Q4_0 tensor)."),
@@ -181,8 +189,10 @@ def main(model_dir: Path, out: Path, **given):
     _print_tuning(summary)
     _print_checks(summary)
     size = out.stat().st_size / 2**20
-    kind = opts.qtype if summary.output_q8_0_bytes is None else (
-        f"{opts.qtype}, output matrix in Q8_0: {summary.output_q8_0_bytes / 2**20:.1f} MiB of it")
+    types = ", ".join(f"{n} {t}" for t, n in sorted(summary.types.items(), key=lambda item: -item[1]))
+    kind = f"{opts.qtype}: {types}" if len(summary.types) > 1 else str(opts.qtype)
+    if summary.output_q8_0_bytes is not None:
+        kind += f"; output matrix in Q8_0: {summary.output_q8_0_bytes / 2**20:.1f} MiB of it"
     err.print(f"[bold]wrote {out}[/] ({size:.1f} MiB, {kind}) in {time.perf_counter() - started:.0f} s")
 
 
@@ -221,12 +231,12 @@ def _print_tuning(summary: Summary) -> None:
 
 
 def _print_checks(summary: Summary) -> None:
-    """The held-out checks: of tuning against the untuned model, and of OUT against plain Q4_0."""
+    """The held-out checks: of tuning against the untuned model, and of OUT against plain rounding."""
     if summary.check_untuned_kld is not None:
         verdict = "kept" if summary.tune_kept else "[red]lost: kept the untuned model[/]"
         err.print(f"check of tuning on held-out calibration: KLD to FP {summary.check_tuned_kld:.4f} vs untuned "
                   f"{summary.check_untuned_kld:.4f}: {verdict}")
     if summary.check_kld is not None:
-        verdict = "[red]lost: wrote plain Q4_0[/]" if summary.fell_back else "kept"
-        err.print(f"check on held-out calibration: KLD to FP {summary.check_kld:.4f} vs plain Q4_0 "
+        verdict = "[red]lost: wrote plain rounding[/]" if summary.fell_back else "kept"
+        err.print(f"check on held-out calibration: KLD to FP {summary.check_kld:.4f} vs plain rounding "
                   f"{summary.check_plain_kld:.4f}: {verdict}")

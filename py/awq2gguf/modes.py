@@ -14,11 +14,16 @@ class Choices(StrEnum):
 
 
 class QType(Choices):
-    """The type of OUT: Q4_0 puts every weight in Q4_0 (the patched llama-quantize); the others go
-    through an F32 GGUF and llama-quantize."""
+    """The type of OUT, as llama-quantize names it: Q4_0 puts every weight in Q4_0 (the patched
+    llama-quantize); the others are llama.cpp's mixtures (grids/plan.py), made by llama-quantize from
+    an F32 GGUF, each matrix's scales searched on its own type's grid."""
     Q4_0 = "Q4_0"
-    Q8_0 = "Q8_0"
+    Q4_K_S = "Q4_K_S"
     Q4_K_M = "Q4_K_M"
+    Q5_K_M = "Q5_K_M"
+    IQ4_XS = "IQ4_XS"
+    IQ4_NL = "IQ4_NL"
+    Q8_0 = "Q8_0"
     F16 = "F16"
 
     @classmethod

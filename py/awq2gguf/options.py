@@ -52,6 +52,7 @@ class Options:
     prompts: bool = True  # self-sampled text starts from calibration.PROMPTS rather than from BOS
     clip: bool = True
     compensate: bool = True  # GPTQ-style error-compensated rounding after the scales
+    imatrix: bool = True  # the K-quant and IQ4 mixtures: llama-quantize weighs errors by the search's own imatrix
     untie_output: bool = False
     output_type: OutputType = OutputType.Q4_0
     quality: Quality = Quality.FAST  # best: quality.resolve sets the calibration and tuning for the model's size
@@ -102,6 +103,12 @@ class Options:
     @property
     def drops_blocks(self) -> bool:
         return bool(self.drop_blocks or self.drop_list)
+
+    @property
+    def uses_imatrix(self) -> bool:
+        """OUT is made with an imatrix: the K-quant and IQ4 mixtures, unless --no-imatrix (Q4_0's
+        quantizer would search other scales with one; Q8_0's and F16 ignore it)."""
+        return self.imatrix and self.qtype not in (QType.Q4_0, QType.Q8_0, QType.F16)
 
     @property
     def converter_writes_out(self) -> bool:

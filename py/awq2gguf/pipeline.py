@@ -12,9 +12,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf import GGMLQuantizationType
 
 from . import __version__, calibration, checkpoint, lora, metadata, prune, quality, tune, tune_blocks
+from .awq.plan import Planned, apply_plan, clear_importance, importance_entries
+from .grids import Q4_0, Q8_0, Grid
+from .grids.imatrix import write_imatrix
+from .grids.plan import bytes_of
 from .builds import get_build
 from .convert import convert_hf_to_gguf
 from .host import available_memory, resolve_precision
@@ -27,8 +31,6 @@ from .q4_0 import BLOCK
 from .llama_quantize import quantize
 from .streamed import Saved, StreamedModel
 
-# Bytes per weight of OUT, for the disk check (Q4_K_M: its mixture's average).
-OUT_BYTES_PER_WEIGHT = {QType.Q4_0: 18 / 32, QType.Q8_0: 34 / 32, QType.Q4_K_M: 4.9 / 8, QType.F16: 2.0}
 # Bytes per weight of the work files at their peak: the folded model as its Q4_0 when the
 # converter writes OUT (Options.converter_writes_out), else the folded model in FP32 and the F32
 # GGUF made of it for llama-quantize. Before either, self-sampled calibration makes an all-Q4_0 GGUF.
@@ -57,11 +59,13 @@ class Summary:
     compensated: tuple[int, int] | None = None  # (blocks and output matrix compensated, all of them)
     block_error_ratio: float | None = None  # chosen / plain block output error, summed over blocks
     check_kld: float | None = None  # KLD to FP on the held-out samples, of AWQ's weights (tuned if that won)
-    check_plain_kld: float | None = None  # ... and of plain Q4_0
+    check_plain_kld: float | None = None  # ... and of plain rounding (no imatrix)
     check_untuned_kld: float | None = None  # with tuning: of AWQ's weights before it
     check_tuned_kld: float | None = None  # ... and after
-    fell_back: bool = False  # AWQ lost the check: OUT is plain Q4_0 of the original weights
+    fell_back: bool = False  # AWQ lost the check: OUT is plain rounding of the original weights
     output_q8_0_bytes: int | None = None  # --output-type q8_0: the bytes it adds to the all-Q4_0 file
+    types: dict[str, int] = field(default_factory=dict)  # the plan: matrices per ggml type
+    fallbacks: list[str] = field(default_factory=list)  # the plan's fallbacks for row lengths, said as llama.cpp does
     dropped: prune.Dropped | None = None
     tune_mode: TuneMode | None = None  # model or blocks (tune.choose_mode), None: no tuning
     tune_why: str = ""  # ... and why
@@ -172,9 +176,14 @@ def _calibrate(model_dir: Path, tokenizer, n_vocab: int, opts: Options, work: Pa
 
 
 def _search_tune_and_check(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
-                           progress: Progress, summary: Summary, teacher: tune.Teacher | None) -> Path:
+                           progress: Progress, summary: Summary, teacher: tune.Teacher | None,
+                           planned: list[Planned]) -> Path:
     """Our engine: the AWQ search, then (summary.tune_mode) tuning with the teacher (whole model) or
-    block by block; the held-out checks, undoing what lost them; the folded folder."""
+    block by block; the held-out checks, undoing what lost them; the folded folder. A file of 8- and
+    16-bit matrices only has nothing to search."""
+    if not any(p.choice.grid.searched for p in planned):
+        with progress.stage("writing the model"):
+            return streamed.write_folder()
     held_out = calib.held_out_ids
     summary.precision = resolve_precision(opts.precision)
     if len(held_out):
@@ -185,7 +194,7 @@ def _search_tune_and_check(streamed: StreamedModel, calib: calibration.Calibrati
         untuned = _tune_searched(streamed, calib, opts, work, progress, summary, teacher)
     if len(held_out):
         _check_written(streamed, held_out, work, progress, summary)
-        _undo_what_lost(streamed, untuned, summary)
+        _undo_what_lost(streamed, untuned, summary, planned)
     with progress.stage("writing the folded model"):
         return streamed.write_folder()
 
@@ -199,7 +208,7 @@ def _check_plain(streamed: StreamedModel, held_out, work: Path, progress: Progre
     from .awq.guard import kl_divergence
 
     model, saved = streamed.model, work / REFERENCE_FILE
-    with progress.stage(f"FP and plain Q4_0 log-probabilities of {held_out.numel()} held-out tokens"):
+    with progress.stage(f"FP and plain-rounding log-probabilities of {held_out.numel()} held-out tokens"):
         if saved.exists():
             reference, (plain,) = torch.load(saved), model_log_probs(model, held_out, (True,), streamed)
         else:
@@ -258,15 +267,16 @@ def _check_written(streamed: StreamedModel, held_out, work: Path, progress: Prog
         summary.check_tuned_kld = summary.check_kld
 
 
-def _undo_what_lost(streamed: StreamedModel, untuned: Saved | None, summary: Summary) -> None:
+def _undo_what_lost(streamed: StreamedModel, untuned: Saved | None, summary: Summary, planned: list[Planned]) -> None:
     """Tuning that made the model worse on text it never saw is undone; if then the search lost too,
-    OUT is what plain rounding makes of the original."""
+    OUT is what plain rounding (without an imatrix, as checked) makes of the original."""
     if summary.tune_mode is not None and not summary.tune_kept:
         streamed.restore(untuned)
         summary.check_kld = summary.check_untuned_kld
     if summary.check_kld >= summary.check_plain_kld:
         summary.fell_back = True
         streamed.reset()
+        clear_importance(planned)
 
 
 def _save_reference(streamed: StreamedModel, held_out, path: Path, progress: Progress) -> None:
@@ -280,7 +290,7 @@ def _save_reference(streamed: StreamedModel, held_out, path: Path, progress: Pro
 
 
 def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
-    """KLD to FP on the held-out tokens of the model as saved, through its Q4_0 round trip."""
+    """KLD to FP on the held-out tokens of the model as saved, through its grids' round trip."""
     import torch
 
     from .awq.forward import model_log_probs
@@ -360,9 +370,8 @@ def _drop_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
     return dropped
 
 
-def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
+def _check_disk(streamed: StreamedModel, out: Path, opts: Options, planned: list[Planned]) -> None:
     """Fail before the slow work if OUT's file system cannot hold the work files and OUT."""
-    out_bytes = OUT_BYTES_PER_WEIGHT[opts.qtype]
     folded = FOLDED_AS_Q4_0_BYTES_PER_WEIGHT if opts.converter_writes_out else FOLDED_AS_FP32_BYTES_PER_WEIGHT
     sampling = SAMPLING_BYTES_PER_WEIGHT if opts.calib is None else 0
     # the held-out tokens' FP16 log-probabilities over the vocabulary, kept until the check
@@ -370,7 +379,8 @@ def _check_disk(streamed: StreamedModel, out: Path, opts: Options) -> None:
     merged = MERGED_BYTES_PER_WEIGHT if opts.lora is not None else 0
     # the tuned model beside the untuned one until the check (and the tuned norms' beside both)
     tuned = folded * (1 + bool(opts.tune_norms_steps)) if opts.tune_steps else 0
-    needed = streamed.n_params() * (merged + max(sampling, folded + tuned + out_bytes)) + reference
+    out_bytes = bytes_of({p.matrix: p.choice for p in planned})
+    needed = streamed.n_params() * (merged + max(sampling, folded + tuned)) + out_bytes + reference
     free = shutil.disk_usage(out.parent).free
     if free < needed:
         raise NotEnoughDisk(f"not enough free disk beside {out}: this model needs about {needed / 2**30:.1f} GiB "
@@ -390,13 +400,15 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
         # First: a missing or corrupt shard, or too little disk, fails before any slow work.
         streamed = _streamed(model_dir, work, opts)
         opts = _resolve_quality(streamed, opts, progress)
-        _check_disk(streamed, out, opts)
+        planned = _plan(streamed, opts, progress, summary)
+        _check_disk(streamed, out, opts, planned)
         if opts.tune_steps:
             _plan_tuning(streamed, opts, progress, summary)
         if opts.drops_blocks:
             prune.check(len(streamed.model.model.layers), list(opts.drop_list or range(opts.drop_blocks)))
         if adapter is not None:
             model_dir, streamed = _merge_lora(model_dir, streamed, adapter, opts, work, progress)
+            planned = _plan(streamed, opts)
         tokenizer = checkpoint.load_tokenizer(model_dir)
         calib = _calibrate(model_dir, tokenizer, streamed.embed.num_embeddings, opts, work, progress)
         summary.calibration = f"{calib.source}, {calib.n_samples} x {calib.n_tokens} tokens"
@@ -409,9 +421,8 @@ def run(model_dir: Path, out: Path, opts: Options, progress: Progress = NoProgre
             with progress.stage("AutoAWQ search (export_compatible)"):
                 folded = autoawq.search_and_fold(model_dir, tokenizer, calib, opts, work / "folded")
         else:
-            folded = _search_tune_and_check(streamed, calib, opts, work, progress, summary, teacher)
-        _write_out(folded, out, build, opts, work, progress, provenance(opts, calib, summary, adapter),
-                   _tensor_types(streamed, opts, summary))
+            folded = _search_tune_and_check(streamed, calib, opts, work, progress, summary, teacher, planned)
+        _write_out(folded, out, build, opts, work, progress, provenance(opts, calib, summary, adapter), planned)
         return summary
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -428,19 +439,29 @@ def _resolve_quality(streamed: StreamedModel, opts: Options, progress: Progress)
     return resolved
 
 
-def _bytes(n_weights: int, qtype: GGMLQuantizationType) -> int:
-    block, size = GGML_QUANT_SIZES[qtype]
-    return n_weights // block * size
-
-
-def _tensor_types(streamed: StreamedModel, opts: Options, summary: Summary) -> dict[str, str]:
-    """The converter's types for the tensors not in Q4_0 (the output matrix with --output-type q8_0;
-    llama.cpp's output is a tied model's token_embd), and what that costs said in the summary."""
-    if opts.output_type == OutputType.Q4_0:
-        return {}
-    summary.output_q8_0_bytes = _bytes(streamed.head.weight.numel(), GGMLQuantizationType.Q8_0) - _bytes(
-        streamed.head.weight.numel(), GGMLQuantizationType.Q4_0)
-    return {"token_embd.weight" if streamed.tied else "output.weight": opts.output_type}
+def _plan(streamed: StreamedModel, opts: Options, progress: Progress | None = None,
+          summary: Summary | None = None) -> list[Planned]:
+    """Each matrix's type in OUT, put on its module (awq.plan); with a summary, the plan and its
+    fallbacks said there (and in the progress log), and what --output-type q8_0 costs."""
+    output_type = GGMLQuantizationType.Q8_0 if opts.output_type == OutputType.Q8_0 else None
+    planned = apply_plan(streamed.model, opts.qtype, opts.uses_imatrix, output_type)
+    if summary is None:
+        return planned
+    for p in planned:
+        summary.types[p.choice.qtype.name] = summary.types.get(p.choice.qtype.name, 0) + 1
+    moves = {}
+    for p in planned:
+        if (was := p.choice.fallback_from) is not None:
+            moves.setdefault((was, p.choice.qtype, p.matrix.n_per_row), []).append(p.matrix.name)
+    for (was, now, n), names in moves.items():
+        summary.fallbacks.append(f"{len(names)} matrices with rows of {n} ({names[0]}"
+                                 f"{', ...' if len(names) > 1 else ''}) do not take {was.name}'s blocks of "
+                                 f"{Grid.of(was).block}: {now.name} instead, as llama-quantize falls back")
+        progress.note(f"{opts.qtype}: {summary.fallbacks[-1]}")
+    if output_type is not None:
+        out = next(p.matrix for p in planned if p.choice.qtype == output_type and p.matrix.role in ("output", "token_embd"))
+        summary.output_q8_0_bytes = Q8_0.bytes(out.n_rows * out.n_per_row) - Q4_0.bytes(out.n_rows * out.n_per_row)
+    return planned
 
 
 def _plan_tuning(streamed: StreamedModel, opts: Options, progress: Progress, summary: Summary) -> None:
@@ -470,8 +491,7 @@ def _merge_lora(model_dir: Path, streamed: StreamedModel, adapter: lora.Adapter,
 
 
 def _streamed(model_dir: Path, work: Path, opts: Options) -> StreamedModel:
-    return StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out,
-                         output_q8_0=opts.output_type == OutputType.Q8_0)
+    return StreamedModel(model_dir, work / "folded", opts.untie_output, as_q4_0=opts.converter_writes_out)
 
 
 def _before_dropping_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: Options, work: Path,
@@ -490,10 +510,12 @@ def _before_dropping_blocks(streamed: StreamedModel, calib: calibration.Calibrat
 
 
 def _write_out(folded: Path, out: Path, build, opts: Options, work: Path, progress: Progress,
-               made_how: dict[str, str], tensor_types: dict[str, str]) -> None:
-    """OUT from the folded folder: written by the converter (all-Q4_0), or through an F32 GGUF and
-    the build's llama-quantize."""
+               made_how: dict[str, str], planned: list[Planned]) -> None:
+    """OUT from the folded folder: written by the converter (all-Q4_0, the matrices the plan puts in
+    another type named to it), or through an F32 GGUF and the build's llama-quantize, with the
+    imatrix the search weighed its errors by."""
     if opts.converter_writes_out:
+        tensor_types = {p.matrix.name: p.choice.qtype.name.lower() for p in planned if p.choice.grid is not Q4_0}
         with progress.stage("writing the Q4_0 GGUF (vendored convert_hf_to_gguf.py)"):
             convert_hf_to_gguf(folded, out, "q4_0", made_how, tensor_types)
     else:
@@ -501,5 +523,8 @@ def _write_out(folded: Path, out: Path, build, opts: Options, work: Path, progre
             # F32, so llama-quantize sees exactly the weights the search quantized.
             f32 = convert_hf_to_gguf(folded, work / "folded-f32.gguf", "f32")
         shutil.rmtree(folded)
-        with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize)"):
-            quantize(build, f32, out, opts.qtype, opts.threads, metadata=made_how)
+        entries = importance_entries(planned)
+        args = ("--imatrix", str(write_imatrix(work / "imatrix.dat", entries))) if entries else ()
+        with progress.stage(f"quantizing to {opts.qtype} ({build.name} llama-quantize"
+                            f"{', imatrix of the search' if entries else ''})"):
+            quantize(build, f32, out, opts.qtype, opts.threads, extra_args=args, metadata=made_how)

@@ -1,5 +1,4 @@
-"""ggml's Q8_0 quantizer in torch, bit for bit, as a fake-quantizer; and which matrix the GGUF keeps in
-Q8_0 (--output-type q8_0: the output matrix, a tied model's embedding table with it).
+"""ggml's Q8_0 quantizer in torch, bit for bit, as a fake-quantizer (grids.Q8_0).
 
 quantize_row_q8_0_ref: blocks of 32 along the input dimension, d = (largest magnitude) / 127, q =
 roundf(x * (1 / d)) (halves away from zero), d stored as FP16 (the rounding uses the FP32 d).
@@ -8,9 +7,8 @@ roundf(x * (1 / d)) (halves away from zero), d stored as FP16 (the rounding uses
 from __future__ import annotations
 
 import torch
-from torch import nn
 
-from .q4_0 import BLOCK, q4_0_fake_quant
+from .q4_0 import BLOCK
 
 
 def q8_0_fake_quant(w: torch.Tensor) -> torch.Tensor:
@@ -22,20 +20,3 @@ def q8_0_fake_quant(w: torch.Tensor) -> torch.Tensor:
     x = blocks * torch.where(d == 0, torch.zeros_like(d), 1 / d)
     q = x.sign() * (x.abs() + 0.5).floor()
     return (q * d.half().float()).reshape(w.shape).to(w.dtype)
-
-
-# Set on the module whose matrix the GGUF keeps in Q8_0.
-_IN_Q8_0 = "awq2gguf_in_q8_0"
-
-
-def keep_in_q8_0(module: nn.Module) -> None:
-    setattr(module, _IN_Q8_0, True)
-
-
-def in_q8_0(module: nn.Module) -> bool:
-    return getattr(module, _IN_Q8_0, False)
-
-
-def fake_quant(module: nn.Module, w: torch.Tensor) -> torch.Tensor:
-    """w's round trip through the type the GGUF stores module's matrix in: Q8_0 where kept so, else Q4_0."""
-    return q8_0_fake_quant(w) if in_q8_0(module) else q4_0_fake_quant(w)

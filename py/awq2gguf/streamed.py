@@ -22,7 +22,7 @@ from torch import nn
 
 from . import q4_0_as_gptq
 from .checkpoint import CheckpointError, architecture, copy_other_files, first_line
-from .q8_0 import in_q8_0, keep_in_q8_0
+from .grids import Q4_0, grid_of
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
 _MALLOC_TRIM = getattr(ctypes.CDLL(None), "malloc_trim", None)  # glibc only
@@ -116,11 +116,10 @@ class StreamedModel:
     """model_dir's model on the meta device, whose parts load their weights one at a time (FP32,
     rounded to F16) and save them into folded_dir (awq.forward.Weights). With untie_output, the
     output matrix is a copy of the token embeddings of its own. With as_q4_0, matrices are saved
-    as their Q4_0 (what loads back is its values), but with output_q8_0 the output matrix (a tied
-    one: the embeddings), which the GGUF keeps in Q8_0 and is marked so (q8_0.keep_in_q8_0)."""
+    as their Q4_0 (what loads back is its values), but for a part whose grid is another
+    (grids.grid_of: the output matrix kept in Q8_0)."""
 
-    def __init__(self, model_dir: Path, folded_dir: Path, untie_output: bool = False, as_q4_0: bool = False,
-                 output_q8_0: bool = False):
+    def __init__(self, model_dir: Path, folded_dir: Path, untie_output: bool = False, as_q4_0: bool = False):
         from accelerate import init_empty_weights
         from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -141,9 +140,6 @@ class StreamedModel:
         self.model = model.eval()
         self.embed, self.head = model.get_input_embeddings(), model.get_output_embeddings()
         self.tied = self.head.weight is self.embed.weight
-        if output_q8_0:  # a tied matrix is both modules' (and saved as the embeddings')
-            for m in {self.head, self.embed} if self.tied else {self.head}:
-                keep_in_q8_0(m)
         # The parts, in checkpoint order; each is saved as one shard.
         self.parts = [self.embed, *model.model.layers, model.model.norm] + ([] if self.tied else [self.head])
         self.prefix = {m: name for name, m in model.named_modules() if m in self.parts}
@@ -223,7 +219,7 @@ class StreamedModel:
             tensors = {}
             for local, p in part.named_parameters():
                 name, w = self._name(part, local), p.detach().contiguous()
-                as_q4_0 = self.as_q4_0 and not in_q8_0(part) and q4_0_as_gptq.packable(name, w)
+                as_q4_0 = self.as_q4_0 and grid_of(part) is Q4_0 and q4_0_as_gptq.packable(name, w)
                 stored = q4_0_as_gptq.pack(name, w) if as_q4_0 else {name: w}
                 tensors.update(stored)
                 self.saved[name] = list(stored)

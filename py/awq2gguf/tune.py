@@ -31,7 +31,7 @@ from .errors import Awq2ggufError
 from .modes import TuneLoss, TuneMode, TuneParams
 from .progress import OnProgress, no_progress
 from .q4_0 import BLOCK, q4_0_fake_quant, q4_0_scale_grad
-from .q8_0 import fake_quant, in_q8_0
+from .grids import Q4_0, fake_quant, grid_of
 
 # The teacher's log-probabilities kept per token: 256 gave both development models a lower KLD to FP
 # than 64 (bench/results/README.md, Quantization-aware tuning with distillation).
@@ -133,7 +133,7 @@ def trains_tied_output(model: nn.Module, params: TuneParams, norms_output: bool 
     training an untied one changed nothing, for more time and memory (bench/results/README.md,
     Quantization-aware tuning with distillation)."""
     return ((params == TuneParams.ALL or norms_output) and output_is_tied(model)
-            and not in_q8_0(model.get_output_embeddings()))
+            and grid_of(model.get_output_embeddings()) is Q4_0)
 
 
 def _trainable(model: nn.Module, params: TuneParams,

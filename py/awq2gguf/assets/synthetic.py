@@ -88,6 +88,11 @@ SHAPES = {
                    tied_embeddings=True),
         ModelShape("tiny-untied", n_layer=2, n_embd=128, n_head=4, n_head_kv=2, n_ff=320,
                    tied_embeddings=False),
+        # Rows of 256 for the K-quants' super-blocks (the MLP's 640 falls back), 8 blocks for the
+        # mixtures' per-layer rules, 4 heads per KV head for IQ4's attn_v rule.
+        ModelShape("tiny-k", n_layer=8, n_embd=256, n_head=4, n_head_kv=1, n_ff=640, tied_embeddings=True),
+        ModelShape("tiny-k-untied", n_layer=8, n_embd=256, n_head=4, n_head_kv=1, n_ff=640,
+                   tied_embeddings=False),
         # Deep enough to drop blocks from.
         ModelShape("tiny-deep", n_layer=6, n_embd=128, n_head=4, n_head_kv=2, n_ff=320,
                    tied_embeddings=True),

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from ..progress import OnProgress, no_progress
-from ..q8_0 import in_q8_0
+from .. import grids
 from .compensate import compensate
 from .fold import fold_scales
 from .forward import (RESIDENT, BlockKwargs, Weights, first_block_input, output_modules, products_in, run,
@@ -76,8 +76,10 @@ class _Block:
     for the batch)."""
 
     def __init__(self, layer: nn.Module, x: torch.Tensor, y: torch.Tensor, kwargs: BlockKwargs, n_objective: int,
-                 products: torch.dtype):
+                 products: torch.dtype, stats: dict[nn.Linear, InputStats]):
         self.layer, self.products = layer, products
+        # The FP inputs' imatrix entries, of the linears whose file has them.
+        self.importance = {linear: s.importance() for linear, s in stats.items() if grids.weighs(linear)}
         n = min(n_objective, x.shape[0])
         self.x, self.y_ref, self.kwargs = x[:n], y[:n], kwargs.for_batch(x.shape[0], n)
         self.original = [p.detach().clone() for p in layer.parameters()]
@@ -95,6 +97,11 @@ class _Block:
             apply_clip(linear, c)
         for linear, w in (weights or {}).items():
             linear.weight.data.copy_(w)
+        for linear, importance in self.importance.items():  # of x / s where s is folded into the linear
+            for group, s in zip(groups, scales):
+                if s is not None and any(c is linear for c in group.consumers):
+                    importance = importance / s.pow(2)
+            grids.set_importance(linear, importance)
 
     def error(self) -> float:
         return (run_fake_quantized(self.layer, self.x, self.kwargs, self.products) - self.y_ref).pow(2).mean().item()
@@ -124,7 +131,7 @@ def _choose_block(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: Blo
     stats, y = _input_stats(layer, layout, x, kwargs, products)
     groups = layout.scale_groups(layer)
     choices = [search_scales(stats[g.consumers[0]], g.consumers, grid, g.writes_residual) for g in groups]
-    block = _Block(layer, x, y, kwargs, n_objective, products)
+    block = _Block(layer, x, y, kwargs, n_objective, products, stats)
     block.configure(groups, [None] * len(groups))
     plain = block.error()
     kept = [c.alpha > 0 for c in choices]
@@ -146,6 +153,7 @@ def _choose_block(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: Blo
             for linear in group.consumers:
                 stats[linear] = stats[linear].scaled(c.scales)
     clipped = False
+    compensated = compensated and all(grids.grid_of(linear).clips_and_compensates for linear in stats)
     if compensated:
         block.configure(groups, chosen(kept), weights=_compensated(layer, layout, stats))
         if (e := block.error()) < best:
@@ -153,8 +161,9 @@ def _choose_block(layer: nn.Module, layout: Layout, x: torch.Tensor, kwargs: Blo
         else:
             compensated = False
             block.configure(groups, chosen(kept))
-    if clip and not compensated:
-        clips = {linear: search_clip(stats[linear], linear) for linear in layout.clip_targets(layer)}
+    clip_targets = [linear for linear in layout.clip_targets(layer) if grids.grid_of(linear).clips_and_compensates]
+    if clip and not compensated and clip_targets:
+        clips = {linear: search_clip(stats[linear], linear) for linear in clip_targets}
         block.configure(groups, chosen(kept), clips)
         if (e := block.error()) < best:
             clipped, best = True, e
@@ -183,6 +192,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
     ref = log_probs(h_obj, norm, head, quantize_head=False)
     score = lambda clip=None: kl_divergence(ref, log_prob_steps(h_obj, norm, head, True, clip))
     stats = InputStats.of(norm(h), products)
+    grids.set_importance(head, stats.importance())
     best = score()
     results = []
     if not tied:
@@ -204,19 +214,23 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
         kept = False
         if choice.alpha > 0:
             fold_scales(ScaleGroup("output", norm, [head], norm_offset=layout_of(model).norm_offset), choice.scales)
+            grids.set_importance(head, stats.importance() / choice.scales.pow(2))
             if kept := keep_if_better():
                 stats = stats.scaled(choice.scales)
+            else:
+                grids.set_importance(head, stats.importance())
         results.append(GroupResult(len(model.model.layers), "output", choice.alpha, choice.error,
                                    choice.plain_error, kept))
     clipped = False
-    if clip:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
+    refined = grids.grid_of(head).clips_and_compensates
+    if clip and refined:  # tied too: the embedding rows are the same Q4_0 blocks, clipped or not
         clips = search_clip(stats, head)
         if clipped := (e := score(clips)) < best:
             best = e
             apply_clip(head, clips)
             if not tied:
                 kept_head.copy_(head.weight)
-    compensated = compensated and not tied
+    compensated = compensated and not tied and refined
     if compensated:
         compensate(head.weight, stats, out=head.weight)
         compensated = keep_if_better()
@@ -247,7 +261,7 @@ def apply_awq(model: nn.Module, input_ids: torch.Tensor, grid=DEFAULT_GRID, clip
         weights.save(layer)
         on_progress(i + 1)
     outputs = output_modules(model)
-    if in_q8_0(outputs[1]):  # nothing to search for Q8_0's grid, 16 times finer
+    if not grids.grid_of(outputs[1]).searched:  # nothing to search on Q8_0's grid, 16 times finer
         groups, clipped, comp = [], False, False
     else:
         weights.load(*outputs)

@@ -13,8 +13,7 @@ from typing import Callable, Iterator, Protocol
 import torch
 from torch import nn
 
-from ..q4_0 import q4_0_fake_quant
-from ..q8_0 import fake_quant
+from ..grids import fake_quant
 from .guard import log_probs
 
 
@@ -128,12 +127,12 @@ def quantized_embedded(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 @contextmanager
 def fake_quantized(layer: nn.Module) -> Iterator[None]:
-    """Inside the with-statement, the layer's linears have their Q4_0 round trip as weights."""
+    """Inside the with-statement, the layer's linears have their round trip through their grid as weights."""
     linears = [m for m in layer.modules() if isinstance(m, nn.Linear)]
     saved = [l.weight.data for l in linears]  # not copied: the weights are swapped, not written
     with torch.no_grad():
         for l in linears:
-            l.weight.data = q4_0_fake_quant(l.weight.data)
+            l.weight.data = fake_quant(l, l.weight.data)
     try:
         yield
     finally:

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..q8_0 import fake_quant
+from ..grids import fake_quant
 from .search import ROWS_PER_STEP, clamp_blocks
 
 # Tokens per step when scoring a vocabulary-wide output: a (tokens, vocab) FP32 block at a time.

@@ -67,6 +67,14 @@ class Layout:
         sites = [self.linears(layer, names) for names in (self.qkv, (self.o,), self.gate_up, (self.down,))]
         return {linears[0]: linears for linears in sites}
 
+    def roles(self, layer: nn.Module) -> dict[str, nn.Linear]:
+        """The layer's linears by their role in the GGUF (llama.cpp's tensor names: a fused qkv is
+        attn_qkv, a fused gate_up ffn_up)."""
+        qkv = ("attn_q", "attn_k", "attn_v") if len(self.qkv) == 3 else ("attn_qkv",)
+        gate_up = ("ffn_gate", "ffn_up") if len(self.gate_up) == 2 else ("ffn_up",)
+        linears = self.linears(layer, (*self.qkv, self.o, *self.gate_up, self.down))
+        return dict(zip((*qkv, "attn_output", *gate_up, "ffn_down"), linears, strict=True))
+
     def clip_targets(self, layer: nn.Module) -> list[nn.Linear]:
         """Linears whose Q4_0 blocks get a clipping search. Not q/k (nor a fused qkv): their output
         error says little about the attention scores they feed (AutoAWQ leaves them out too)."""

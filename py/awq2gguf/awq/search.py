@@ -1,11 +1,12 @@
-"""AWQ's two searches, both against ggml's exact Q4_0 quantizer: per-channel scales, then clipping.
+"""AWQ's two searches, both against ggml's exact quantizers: per-channel scales, then clipping.
 
 Scales: for a group of linears fed by the same input x, try s = mean|x|^alpha per input channel
-for each alpha of the grid, quantize W * s with Q4_0, undo s, and keep the alpha whose outputs
-x @ W_q^T are closest (mean squared error) to the FP outputs x @ W^T. alpha = 0 (s = 1) is plain
-Q4_0.
+for each alpha of the grid, quantize W * s on each linear's own grid (grids.grid_of: the type the
+GGUF stores it in, weighted by the imatrix entry of x / s where the file has one), undo s, and keep
+the alpha whose outputs x @ W_q^T are closest (mean squared error) to the FP outputs x @ W^T.
+alpha = 0 (s = 1) is plain rounding.
 
-Clipping: for each Q4_0 block (one row, 32 input columns) try shrinking its range to a fraction
+Clipping (Q4_0 only): for each Q4_0 block (one row, 32 input columns) try shrinking its range to a fraction
 of its largest magnitude and keep the fraction with the smallest error in that block's share of
 the output (as AutoAWQ does per group, cross terms between blocks are left out).
 
@@ -22,6 +23,7 @@ from functools import cached_property
 import torch
 from torch import nn
 
+from .. import grids
 from ..q4_0 import BLOCK, q4_0_fake_quant
 
 DEFAULT_GRID = tuple(i / 20 for i in range(21))
@@ -81,6 +83,10 @@ class InputStats:
         """Mean over tokens and rows of the squared output error of a weight error d (rows, features)."""
         return (d.to(self.products) @ self._factor_t).float().pow(2).sum().item() / (self.n_tokens * d.shape[0])
 
+    def importance(self) -> torch.Tensor:
+        """Mean of x^2 per feature: the imatrix entry llama-imatrix would collect for this input."""
+        return self.factor.pow(2).sum(0) / self.n_tokens
+
     def block_grams(self) -> torch.Tensor:
         """The (blocks, 32, 32) diagonal blocks of x^T x: each Q4_0 block's own inputs."""
         r = self.factor.reshape(self.factor.shape[0], -1, BLOCK).transpose(0, 1)
@@ -134,15 +140,17 @@ def scales_for(x_mean: torch.Tensor, alpha: float) -> torch.Tensor:
 
 @torch.no_grad()
 def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor, every_row: bool = False) -> float:
-    """Mean squared output error of the consumers with Q4_0(W * s) / s in place of W (estimated on
-    evenly spaced rows of a matrix too big to judge whole within SEARCH_MACS, unless every_row)."""
+    """Mean squared output error of the consumers with round_trip(W * s) / s in place of W, on each
+    one's grid (estimated on evenly spaced rows of a matrix too big to judge whole within
+    SEARCH_MACS, unless every_row)."""
     err = 0.0
     for linear in consumers:
         weight = linear.weight[::1 if every_row else _search_row_step(linear.weight, stats)]
-        n_rows = weight.shape[0]
+        n_rows, grid = weight.shape[0], grids.grid_of(linear)
+        importance = stats.importance() / s.pow(2) if grids.weighs(linear) else None  # of x / s
         for w in weight.split(ROWS_PER_STEP):
             w = w.float()
-            err += stats.error(w - q4_0_fake_quant(w * s) / s) * w.shape[0] / n_rows
+            err += stats.error(w - grid.fake_quant(w * s, importance) / s) * w.shape[0] / n_rows
     return err
 
 
