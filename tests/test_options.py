@@ -69,15 +69,17 @@ def test_awq2gguf_takes_every_field_of_options():
 @pytest.mark.parametrize("given,message", [
     ({"drop_blocks": 2, "drop_list": (1,)}, "--drop-blocks and --drop-block-list: give one of them"),
     ({"drop_blocks": 2, "engine": "autoawq"}, "dropping blocks works with --engine awq2gguf only"),
-    ({"tune_steps": 2, "build": "stock"}, "--tune-steps trains for the all-Q4_0 file"),
+    ({"tune_steps": 2, "build": "stock"}, "--tune-steps trains on a 4- or 5-bit grid"),
+    ({"tune_steps": 2, "qtype": "Q8_0"}, "--tune-steps trains on a 4- or 5-bit grid"),
     ({"tune_mode": "blocks", "tune_params": "norms"}, "--tune-params norms trains the whole model's norms"),
     ({"tune_norms_steps": 2}, "--tune-norms-steps follows block-wise tuning"),
     ({"tune_steps": 2, "tune_norms_output": True}, "--tune-norms-output trains in the end-to-end tuning"),
     ({"tune_scales": True}, "--tune-scales learns the scales in the tuning"),
+    ({"tune_steps": 2, "tune_scales": True, "qtype": "Q4_K_M"}, "--tune-scales learns Q4_0 blocks' scales"),
     ({"output_type": "q8_0", "qtype": "Q4_K_M"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"output_type": "q8_0", "engine": "autoawq"}, "--output-type q8_0 is for the all-Q4_0 file"),
     ({"quality": "best", "tune_steps": 8}, "--quality best chooses --tune-steps and --tune-mode"),
-    ({"quality": "best", "build": "stock"}, "--quality best tunes for the all-Q4_0 file"),
+    ({"quality": "best", "build": "stock"}, "--quality best tunes on a 4- or 5-bit grid"),
 ])
 def test_options_and_the_command_line_refuse_the_same_combinations(tiny_hf, tmp_path, given, message):
     with pytest.raises(OptionsError, match=message):

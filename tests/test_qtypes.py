@@ -1,9 +1,13 @@
 """`awq2gguf --qtype` for llama.cpp's mixtures end to end, on a tiny model whose rows take the
 K-quants' 256-weight blocks (but for the MLP's down projection, which falls back)."""
 
+import gguf
 import numpy as np
 import pytest
 from gguf import GGMLQuantizationType, GGUFReader
+from torch import nn
+
+from awq2gguf import grids, tune_blocks
 
 from awq2gguf.assets.synthetic import SHAPES
 from awq2gguf.assets.synthetic_hf import write_synthetic_hf
@@ -62,3 +66,38 @@ def test_q4_k_m_searched_on_its_own_grids_with_an_imatrix(tiny_k, tiny_k_f16, ca
     for build in builds.values():
         ours, theirs = (kl_to(fp, llama_cpp_logits(build, f, PROMPT_IDS)) for f in (out, stock))
         assert ours < theirs, (build.name, ours, theirs)
+
+
+def test_block_wise_tuned_q4_k_m_is_the_model_trained_through_its_grids(tiny_k, calib_text, tmp_path, monkeypatch):
+    """--qtype Q4_K_M --tune-steps: each block trains through its matrices' own grids (Q4_K, Q6_K,
+    the fallbacks), weighted by their imatrix entries; OUT's blocks are ggml's quantization of the
+    weights its training left with those entries, and the training moved some across the grid."""
+    trained = []
+
+    def catching(layer, *args, **kwargs):
+        before = {n: m.weight.detach().clone() for n, m in layer.named_modules() if isinstance(m, nn.Linear)}
+        losses = train(layer, *args, **kwargs)
+        trained.append({n: (grids.grid_of(m), grids.importance_of(m), before[n], m.weight.detach().clone())
+                        for n, m in layer.named_modules() if isinstance(m, nn.Linear)})
+        return losses
+    train = tune_blocks._train
+    monkeypatch.setattr(tune_blocks, "_train", catching)
+    out = tmp_path / "out.gguf"
+    result = run(tiny_k, out, "--qtype", "Q4_K_M", "--calib", calib_text, "--tune-steps", "4", "--tune-mode", "blocks",
+                 "--tune-lr", "0.5", "--calib-held-out", "0", *FAST)
+    assert result.exit_code == 0, result.output
+    assert "tuning 8 blocks through Q4_K_M's grids" in " ".join(result.output.split())
+    tensors = {t.name: t for t in GGUFReader(out).tensors}
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN2, SHAPES["tiny-k"].n_layer)
+    kinds, moved = set(), 0
+    for i, matrices in enumerate(trained):
+        for local, (grid, importance, before, after) in matrices.items():
+            t = tensors[names.get_name(f"model.layers.{i}.{local}.weight", try_suffixes=(".weight",))]
+            assert t.tensor_type == grid.qtype, (i, local)
+            assert (importance is not None) == grid.weighted, (i, local)
+            want = grid.encode(after, importance).numpy()
+            assert np.array_equal(np.asarray(t.data).reshape(want.shape), want), (i, local)
+            moved += not np.array_equal(want, grid.encode(before, importance).numpy())
+            kinds.add(grid.qtype)
+    assert {GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K} <= kinds
+    assert moved > 0

@@ -244,7 +244,8 @@ def test_tuning_other_files_is_refused_before_any_work(model_dir, calib_text, tm
     result = CliRunner().invoke(main, [str(model_dir), str(out), "--calib", str(calib_text), "--tune-steps", "2",
                                        *args])
     assert result.exit_code != 0
-    assert "--tune-steps trains for the all-Q4_0 file: it needs --qtype Q4_0, --build patched" in result.output
+    assert "--tune-steps trains on a 4- or 5-bit grid: it needs --engine awq2gguf and --qtype Q4_0 (with --build " \
+           "patched) or one of Q4_K_S" in " ".join(result.output.split())
     assert list(tmp_path.iterdir()) == []
 
 
@@ -376,8 +377,8 @@ def test_learned_scales_are_the_grid_the_gguf_holds(model_dir, calib_text, tmp_p
     def catching(trainer):
         finished.append([(latent.clone(), scale.clone()) for latent, scale in zip(trainer.latents, trainer.scales)])
         finish(trainer)
-    finish = tune.ThroughQ4_0.finish
-    monkeypatch.setattr(tune.ThroughQ4_0, "finish", catching)
+    finish = tune.ThroughGrid.finish
+    monkeypatch.setattr(tune.ThroughGrid, "finish", catching)
     out = tmp_path / "out.gguf"
     output, meta = _block_wise(model_dir, calib_text, out, 0, "--tune-scales")
     assert "through Q4_0, scales learned" in " ".join(output.split())

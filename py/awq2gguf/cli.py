@@ -53,8 +53,9 @@ OPTIONS = options(
                       "included, in Q4_0 (the patched llama-quantize), the fastest file; the K-quant and IQ4 types "
                       "are llama.cpp's mixtures (each matrix's type as llama-quantize chooses it, falling back where "
                       "a row length does not take a type's blocks, said in the log), with the scales searched on "
-                      "each matrix's own grid and an imatrix of the calibration; clipping, compensated rounding and "
-                      "tuning act on Q4_0 matrices only."),
+                      "each matrix's own grid and an imatrix of the calibration, and the tuning (--quality best, "
+                      "--tune-steps) through each matrix's exact grid; clipping and compensated rounding act on Q4_0 "
+                      "matrices only."),
     field_option("calib", "--calib", type=click.Path(dir_okay=False, path_type=Path),
                  help="Calibration text: plain text, or .jsonl with a \"text\" field per line. Default: the model "
                       "samples its own text with llama.cpp from an all-Q4_0 GGUF."),
@@ -74,7 +75,7 @@ OPTIONS = options(
                  help="Drop exactly these blocks (0-based, in this order), e.g. as another OUT's "
                       f"{Key.DROP_BLOCKS_BLOCKS.gguf} records them; instead of --drop-blocks."),
     field_option("tune_steps", "--tune-steps",
-                 help=f"After AWQ, train the model through the exact Q4_0 quantizer for this many steps of "
+                 help=f"After AWQ, train the model through each matrix's exact quantizer for this many steps of "
                       f"{tune.SEQUENCES_PER_STEP} calibration sequences: the whole model distilling the FP model's "
                       f"next-token distributions (its top {tune.TOP_K}; with --drop-blocks, the unpruned model's), or "
                       "each decoder block in turn, this many steps each, matching the FP model's hidden states after "
@@ -101,7 +102,8 @@ OPTIONS = options(
                       "cross-entropy on each next token (TSLD, Kim et al. 2023)."),
     field_option("tune_scales", "--tune-scales/--no-tune-scales",
                  help="The tuning learns each Q4_0 block's scale too, as a factor of ggml's in [0.5, 1] (a grid "
-                      "that clips the block; LSQ's gradient), beside the weights; the GGUF holds the learned grid."),
+                      "that clips the block; LSQ's gradient), beside the weights; the GGUF holds the learned grid. "
+                      "--qtype Q4_0 only."),
     field_option("tune_norms_steps", "--tune-norms-steps",
                  help="After block-wise tuning, train the whole model's norms and biases end to end for this many "
                       "steps, distilling the FP model's next-token distributions (as --tune-params norms); kept only "

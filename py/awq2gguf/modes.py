@@ -31,6 +31,10 @@ class QType(Choices):
         return next((m for m in cls if isinstance(value, str) and m.value == value.upper()), None)
 
 
+# llama.cpp's 4- and 5-bit mixtures of K-quant and IQ4 grids: made with an imatrix, and tuned on them.
+MIXTURES = (QType.Q4_K_S, QType.Q4_K_M, QType.Q5_K_M, QType.IQ4_XS, QType.IQ4_NL)
+
+
 class OutputType(Choices):
     """The output matrix's type in an all-Q4_0 OUT (a tied model's embedding table with it): Q4_0 like
     every other matrix, or Q8_0, the trade AutoRound's gguf:q4_0 makes (more bytes, less error)."""

@@ -11,8 +11,8 @@ from typing import Any
 from .awq.search import DEFAULT_GRID
 from .builds import BUILD_NAMES
 from .host import physical_cores
-from .modes import (Choices, DropMethod, Engine, OutputType, Precision, QType, Quality, TuneInput, TuneLoss, TuneMode,
-                    TuneParams)
+from .modes import (MIXTURES, Choices, DropMethod, Engine, OutputType, Precision, QType, Quality, TuneInput,
+                    TuneLoss, TuneMode, TuneParams)
 
 
 class OptionsError(ValueError):
@@ -41,7 +41,7 @@ class Options:
     tune_loss: TuneLoss = TuneLoss.KL
     tune_mode: TuneMode = TuneMode.AUTO
     tune_input: TuneInput = TuneInput.QUANTIZED  # block-wise tuning's input to each block
-    tune_scales: bool = False  # each Q4_0 block's scale learned beside the weights (tune.ThroughQ4_0)
+    tune_scales: bool = False  # each Q4_0 block's scale learned beside the weights (tune.ThroughGrid)
     # after block-wise tuning: the whole model's norms and biases, end to end
     tune_norms_steps: int = _at_least(0, default=0)
     tune_norms_output: bool = False  # ... and a tied output matrix with them, through Q4_0
@@ -81,12 +81,17 @@ class Options:
             raise OptionsError("--drop-blocks and --drop-block-list: give one of them")
         if self.drops_blocks and self.engine == Engine.AUTOAWQ:
             raise OptionsError("dropping blocks works with --engine awq2gguf only")
-        all_q4_0 = self.engine == Engine.AWQ2GGUF and self.converter_writes_out
-        for asked, what in ((self.tune_steps, "--tune-steps trains"), (self.output_type == OutputType.Q8_0,
-                            "--output-type q8_0 is"), (self.quality == Quality.BEST, "--quality best tunes")):
-            if asked and not all_q4_0:
-                raise OptionsError(f"{what} for the all-Q4_0 file: it needs --qtype Q4_0, --build patched and "
-                                   "--engine awq2gguf")
+        ours = self.engine == Engine.AWQ2GGUF
+        if self.output_type == OutputType.Q8_0 and not (ours and self.converter_writes_out):
+            raise OptionsError("--output-type q8_0 is for the all-Q4_0 file: it needs --qtype Q4_0, --build patched "
+                               "and --engine awq2gguf (the mixtures choose their own output type)")
+        for asked, what in ((self.tune_steps, "--tune-steps trains"), (self.quality == Quality.BEST,
+                                                                       "--quality best tunes")):
+            if asked and not (ours and (self.converter_writes_out or self.qtype in MIXTURES)):
+                raise OptionsError(f"{what} on a 4- or 5-bit grid: it needs --engine awq2gguf and --qtype Q4_0 "
+                                   f"(with --build patched) or one of {', '.join(q.value for q in MIXTURES)}")
+        if self.tune_scales and self.qtype != QType.Q4_0:
+            raise OptionsError("--tune-scales learns Q4_0 blocks' scales: it needs --qtype Q4_0")
         if self.quality == Quality.BEST and (self.tune_steps or self.tune_mode != TuneMode.AUTO):
             raise OptionsError("--quality best chooses --tune-steps and --tune-mode: give those or --quality best")
         if self.tune_mode == TuneMode.BLOCKS and self.tune_params == TuneParams.NORMS:
@@ -108,7 +113,7 @@ class Options:
     def uses_imatrix(self) -> bool:
         """OUT is made with an imatrix: the K-quant and IQ4 mixtures, unless --no-imatrix (Q4_0's
         quantizer would search other scales with one; Q8_0's and F16 ignore it)."""
-        return self.imatrix and self.qtype not in (QType.Q4_0, QType.Q8_0, QType.F16)
+        return self.imatrix and self.qtype in MIXTURES
 
     @property
     def converter_writes_out(self) -> bool:

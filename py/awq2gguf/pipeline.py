@@ -200,7 +200,7 @@ def _search_tune_and_check(streamed: StreamedModel, calib: calibration.Calibrati
 
 
 def _check_plain(streamed: StreamedModel, held_out, work: Path, progress: Progress, summary: Summary) -> None:
-    """Plain Q4_0's KLD to FP on the held-out tokens; the FP log-probabilities stay on disk for the
+    """Plain rounding's KLD to FP on the held-out tokens; the FP log-probabilities stay on disk for the
     later checks (the unpruned model's, if run() saved them before dropping blocks)."""
     import torch
 
@@ -300,6 +300,11 @@ def _check_kld(model, held_out, streamed: StreamedModel, work: Path) -> float:
     return kl_divergence(torch.load(work / REFERENCE_FILE), folded)
 
 
+def _grids(opts: Options) -> str:
+    """What the tuning trains through, as its stage says it."""
+    return "Q4_0" if opts.qtype == QType.Q4_0 else f"{opts.qtype}'s grids"
+
+
 def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune.Teacher, params: TuneParams, steps: int,
           lr_grid: float, opts: Options, progress: Progress, tied_output: bool) -> tuple[list[float], float]:
     """Tune the folded model's `params` (and with tied_output its tied output matrix: the caller's
@@ -312,7 +317,7 @@ def _tune(streamed: StreamedModel, calib: calibration.Calibration, teacher: tune
     trained = ("every block matrix" if params == TuneParams.ALL else "the norms and biases") + (
         " and the tied output matrix" if tied_output else "")
     scales = ", scales learned" if opts.tune_scales and (params == TuneParams.ALL or tied_output) else ""
-    with progress.stage(f"tuning {trained} through Q4_0{scales} ({opts.tune_loss})", steps) as done:
+    with progress.stage(f"tuning {trained} through {_grids(opts)}{scales} ({opts.tune_loss})", steps) as done:
         losses = tune.tune(model, calib.search_ids, teacher, steps, lr, params, opts.tune_loss, opts.seed,
                            on_progress=done, tied_output=tied_output, scales=opts.tune_scales)
     trained_parts = [*model.model.layers, model.model.norm] + ([streamed.embed] if tied_output else [])
@@ -326,7 +331,7 @@ def _tune_blocks(streamed: StreamedModel, calib: calibration.Calibration, opts: 
     """Tune the folded model one decoder block at a time, saving each block that beat its untuned self."""
     n_layers, steps = len(streamed.model.model.layers), opts.tune_steps
     scales = ", scales learned" if opts.tune_scales else ""
-    with progress.stage(f"tuning {n_layers} blocks through Q4_0{scales}, {steps} steps each (input: {opts.tune_input}, "
+    with progress.stage(f"tuning {n_layers} blocks through {_grids(opts)}{scales}, {steps} steps each (input: {opts.tune_input}, "
                         f"{summary.precision})", n_layers * steps) as done:
         summary.tuned_blocks = tune_blocks.tune_blocks(
             streamed.model, calib.search_ids, calib.held_out_ids, steps, summary.tune_lr_grid, streamed, streamed.original(),

@@ -1,13 +1,13 @@
-"""Quantization-aware tuning with distillation, on ggml's exact Q4_0 grid (`--tune-steps`).
+"""Quantization-aware tuning with distillation, on ggml's exact grids (`--tune-steps`).
 
-After AWQ, the folded model's matrices lie on the Q4_0 grid. Tuning goes on from there, the whole
-model in memory: every decoder-block matrix, and a tied output matrix (the embedding table, in both
-its uses; not when the file keeps it in Q8_0), is passed through q4_0_fake_quant on the way forward
-(the gradient goes straight through to its FP32 latent copy), an untied output matrix and embedding
-table are frozen on their grids (Q4_0, or the output's Q8_0: q8_0.fake_quant), and the
-loss is the KL divergence from the FP model's next-token
-distribution (the teacher), per token. What is saved is the latent weights: their round-to-nearest
-Q4_0, which the converter writes, is exactly the model that was trained.
+After AWQ, the folded model's matrices lie on their grids (grids.grid_of: Q4_0, or the type the
+plan gives them). Tuning goes on from there, the whole model in memory: every decoder-block matrix,
+and a tied output matrix on Q4_0 (the embedding table, in both its uses), is passed through its
+grid's round trip on the way forward (weighted by its imatrix entry, as llama-quantize will
+quantize it; the gradient goes straight through to its FP32 latent copy), an untied output matrix
+and embedding table are frozen on their grids, and the loss is the KL divergence from the FP
+model's next-token distribution (the teacher), per token. What is saved is the latent weights:
+their quantization, which the converter or llama-quantize writes, is exactly the model that was trained.
 
 The teacher's distributions are computed once, before AWQ (before dropping blocks, so that a
 pruned model is distilled from the unpruned one), and kept as their TOP_K largest log-probabilities
@@ -40,7 +40,7 @@ LR = 0.008  # peak learning rate in Q4_0 grid steps (grid_step)
 TSLD_TEMPERATURE = 10.0  # as TSLD's own code (aiha-lab/TSLD, kd_tsld_temp)
 SEQUENCES_PER_STEP = 4
 WARMUP = 0.1  # share of the steps over which the learning rate rises
-# Learned Q4_0 scales (ThroughQ4_0's scales): their peak learning rate (a factor of ggml's d per step;
+# Learned Q4_0 scales (ThroughGrid's scales): their peak learning rate (a factor of ggml's d per step;
 # faster ones lost, bench/results/README.md, Learned Q4_0 scales) and their floor (AutoRound's and
 # OmniQuant's clipping ranges start at half).
 SCALE_LR = 0.001
@@ -137,16 +137,16 @@ def trains_tied_output(model: nn.Module, params: TuneParams, norms_output: bool 
 
 
 def _trainable(model: nn.Module, params: TuneParams,
-               tied_output: bool) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """What trains: the weights that go through the fake quantizer, the decoder blocks' matrices
+               tied_output: bool) -> tuple[list[nn.Module], list[nn.Parameter]]:
+    """What trains: the modules whose weights go through their grids, the decoder blocks' matrices
     (not with "norms") and with tied_output the output matrix (one tensor, the embedding table too);
     and the parameters that train as they are, the norms' and the biases (F32 in the GGUF)."""
     exact = [p for p in model.model.parameters() if p.dim() == 1]
-    weights = [m.weight for m in model.model.layers.modules() if isinstance(m, nn.Linear)] \
+    modules = [m for m in model.model.layers.modules() if isinstance(m, nn.Linear)] \
         if params == TuneParams.ALL else []
     if tied_output:
-        weights.append(model.get_input_embeddings().weight)
-    return weights, exact
+        modules.append(model.get_input_embeddings())
+    return modules, exact
 
 
 def grid_step(module: nn.Module) -> float:
@@ -180,51 +180,57 @@ def batches(n: int, steps: int, seed: int) -> Iterator[list[int]]:
         yield rows
 
 
-class ThroughQ4_0:
-    """AdamW with the schedule above on FP32 latent copies of `quantized` and on `exact` as they are.
-    Before each step's forward, quantize() makes the weights their latents' Q4_0 round trips; step()
-    passes their gradient straight through to the latents (STE); finish() leaves the latents in the
-    weights, whose round-to-nearest Q4_0 is then exactly the model that was trained. With scales,
-    each Q4_0 block's d is ggml's times a scale of its own, learned too (LSQ's gradient, kept in
-    [SCALE_MIN, 1]); finish() then leaves the weights' round trips, which are their own Q4_0 round
-    trips (q4_0_fake_quant), so the GGUF holds the learned grid."""
+class ThroughGrid:
+    """AdamW with the schedule above on FP32 latent copies of the weights of `quantized` (modules,
+    each on its grid) and on `exact` as they are. Before each step's forward, quantize() makes the
+    weights their latents' round trips through their grids (grids.fake_quant); step() passes their
+    gradient straight through to the latents (STE); finish() leaves the latents in the weights, whose
+    quantization is then exactly the model that was trained. With scales, each Q4_0 block's d is
+    ggml's times a scale of its own, learned too (LSQ's gradient, kept in [SCALE_MIN, 1]); finish()
+    then leaves those weights' round trips, which are their own Q4_0 round trips (q4_0_fake_quant),
+    so the GGUF holds the learned grid. Matrices on other grids learn no scales."""
 
-    def __init__(self, quantized: list[nn.Parameter], exact: list[nn.Parameter], lr: float, steps: int,
+    def __init__(self, quantized: list[nn.Module], exact: list[nn.Parameter], lr: float, steps: int,
                  scales: bool = False):
-        self.quantized, self.exact = quantized, exact
-        for p in quantized + exact:
+        self.modules, self.exact = quantized, exact
+        self.quantized = [m.weight for m in quantized]
+        for p in self.quantized + exact:
             p.requires_grad_(True)
-        self.latents = [w.detach().clone() for w in quantized]
-        self.scales = [torch.ones(w.numel() // BLOCK, 1, device=w.device) for w in quantized] if scales else []
+        self.latents = [w.detach().clone() for w in self.quantized]
+        self.scales = [torch.ones(w.numel() // BLOCK, 1, device=w.device) if scales and grid_of(m) is Q4_0 else None
+                       for m, w in zip(quantized, self.quantized)]
+        learned = [s for s in self.scales if s is not None]
         # fused: one pass over all the tensors per step rather than a loop of small ops per tensor
-        groups = [{"params": self.latents + exact}] + ([{"params": self.scales, "lr": SCALE_LR}] if scales else [])
+        groups = [{"params": self.latents + exact}] + ([{"params": learned, "lr": SCALE_LR}] if learned else [])
         self.optimizer = torch.optim.AdamW(groups, lr=lr, weight_decay=0.0, fused=True)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: _schedule(step, steps))
 
-    def _scale(self, i: int) -> torch.Tensor | None:
-        return self.scales[i] if self.scales else None
+    def _round_trip(self, i: int) -> torch.Tensor:
+        scale, latent = self.scales[i], self.latents[i]
+        return fake_quant(self.modules[i], latent) if scale is None else q4_0_fake_quant(latent, scale)
 
     @torch.no_grad()
     def quantize(self) -> None:
-        for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
-            w.copy_(q4_0_fake_quant(latent, self._scale(i)))
+        for i, w in enumerate(self.quantized):
+            w.copy_(self._round_trip(i))
 
     def step(self) -> None:
-        for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
-            if self.scales:
-                self.scales[i].grad = q4_0_scale_grad(latent, self.scales[i], w.grad)
+        for w, latent, scale in zip(self.quantized, self.latents, self.scales):
+            if scale is not None:
+                scale.grad = q4_0_scale_grad(latent, scale, w.grad)
             latent.grad, w.grad = w.grad, None
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()
         with torch.no_grad():
             for scale in self.scales:
-                scale.clamp_(SCALE_MIN, 1)
+                if scale is not None:
+                    scale.clamp_(SCALE_MIN, 1)
 
     @torch.no_grad()
     def finish(self) -> None:
         for i, (w, latent) in enumerate(zip(self.quantized, self.latents)):
-            w.copy_(q4_0_fake_quant(latent, self._scale(i)) if self.scales else latent)
+            w.copy_(latent if self.scales[i] is None else self._round_trip(i))
         for p in self.quantized + self.exact:
             p.requires_grad_(False)
             p.grad = None
@@ -233,11 +239,11 @@ class ThroughQ4_0:
 def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int, lr: float,
          params: TuneParams = TuneParams.ALL, loss: TuneLoss = TuneLoss.KL, seed: int = 0,
          on_progress: OnProgress = no_progress, tied_output: bool | None = None, scales: bool = False) -> list[float]:
-    """Train the model (whose weights are all in memory, matrices on the Q4_0 grid or not) in place
+    """Train the model (whose weights are all in memory, matrices on their grids or not) in place
     for `steps` optimizer steps of SEQUENCES_PER_STEP sequences of input_ids, drawn in shuffled
     epochs; returns each step's loss. tied_output: whether a tied output matrix trains (None:
-    trains_tied_output(model, params)); scales: each Q4_0 block's scale is learned too (ThroughQ4_0).
-    Afterwards the matrices hold what ThroughQ4_0.finish leaves; an untied embedding table and output
+    trains_tied_output(model, params)); scales: each Q4_0 block's scale is learned too (ThroughGrid).
+    Afterwards the matrices hold what ThroughGrid.finish leaves; an untied embedding table and output
     matrix hold their quantized values."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     embed, head = model.get_input_embeddings(), model.get_output_embeddings()
@@ -250,7 +256,7 @@ def tune(model: nn.Module, input_ids: torch.Tensor, teacher: Teacher, steps: int
     teacher = _on(teacher, device)
     if tied_output is None:
         tied_output = trains_tied_output(model, params)
-    trainer = ThroughQ4_0(*_trainable(model, params, tied_output), lr, steps, scales)
+    trainer = ThroughGrid(*_trainable(model, params, tied_output), lr, steps, scales)
     losses = []
     try:
         for step, rows in enumerate(batches(len(input_ids), steps, seed)):

@@ -2,7 +2,7 @@
 
 Whole-model tuning (tune.py) holds every weight with its latent copy and optimizer state. Here the
 decoder blocks train one at a time as the streamed model walks them (Block-AP of EfficientQAT, Chen
-et al. 2024, on ggml's exact Q4_0 grid): a block's matrices pass through q4_0_fake_quant on the
+et al. 2024, on ggml's exact grids): a block's matrices pass through their grids' round trips on the
 way forward with the gradient straight through to their FP32 latents, its norms and biases train as
 they are, and the loss is the mean squared error of the block's output against the FP model's
 hidden state after that block. The block's input is the tuned model's own (TuneInput.QUANTIZED: each
@@ -30,7 +30,7 @@ from .awq.forward import (PRODUCTS, BlockKwargs, Weights, fake_quantized, first_
                           quantized_embedded, run)
 from .modes import Precision
 from .progress import OnProgress, no_progress
-from .tune import ThroughQ4_0, batches, grid_step
+from .tune import ThroughGrid, batches, grid_step
 
 LR = 0.02  # peak learning rate in Q4_0 grid steps of each block (tune.grid_step)
 ROWS_PER_RUN = 16  # sequences per no-grad forward: a 7B block's MLP holds rows x tokens x 18944 floats
@@ -75,18 +75,18 @@ def _run_rows(layer: nn.Module, x: torch.Tensor, kwargs: BlockKwargs, quantized:
 
 
 def _error(layer: nn.Module, stream: _Stream, target: torch.Tensor) -> float:
-    """Mean squared error of the Q4_0 block's output on the stream's input against target."""
+    """Mean squared error of the quantized block's output on the stream's input against target."""
     return F.mse_loss(_run_rows(layer, stream.input, stream.kwargs, True), target).item()
 
 
 def _train(layer: nn.Module, x: torch.Tensor, target: torch.Tensor, kwargs: BlockKwargs, steps: int, lr: float,
            seed: int, bf16: bool, scales: bool, on_step: Callable[[int, float], None]) -> list[float]:
-    """Train layer's matrices through Q4_0 (with scales, their blocks' scales too) and its norms and
+    """Train layer's matrices through their grids (with scales, their Q4_0 blocks' scales too) and its norms and
     biases for `steps` steps so that its output on x approaches target (with bf16, the forward and
-    backward under bf16 autocast); afterwards its matrices hold what ThroughQ4_0.finish leaves."""
-    quantized = [m.weight for m in layer.modules() if isinstance(m, nn.Linear)]
+    backward under bf16 autocast); afterwards its matrices hold what ThroughGrid.finish leaves."""
+    quantized = [m for m in layer.modules() if isinstance(m, nn.Linear)]
     exact = [p for p in layer.parameters() if p.dim() == 1]
-    trainer = ThroughQ4_0(quantized, exact, lr, steps, scales)
+    trainer = ThroughGrid(quantized, exact, lr, steps, scales)
     losses = []
     try:
         for step, rows in enumerate(batches(len(x), steps, seed)):
@@ -112,7 +112,7 @@ def tune_blocks(model: nn.Module, input_ids: torch.Tensor, held_out_ids: torch.T
     block is saved to `folded` only if it beats its untuned self on held_out_ids (always, without
     held-out samples). With own_input the block's input is the tuned model's, else the FP model's;
     with bf16 the training steps run under bf16 autocast; with scales each Q4_0 block's scale is learned
-    too (ThroughQ4_0)."""
+    too (ThroughGrid)."""
     train = _Stream.start(model, input_ids, original, folded, own_input)
     held_out = _Stream.start(model, held_out_ids, original, folded, own_input) if len(held_out_ids) else None
     streams = [s for s in (train, held_out) if s is not None]
