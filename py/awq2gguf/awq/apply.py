@@ -214,7 +214,7 @@ def _choose_output(model: nn.Module, h: torch.Tensor, grid, clip: bool, compensa
         kept = False
         if choice.alpha > 0:
             fold_scales(ScaleGroup("output", norm, [head], norm_offset=layout_of(model).norm_offset), choice.scales)
-            grids.set_importance(head, stats.importance() / choice.scales.pow(2))
+            grids.set_importance(head, stats.importance(choice.scales))
             if kept := keep_if_better():
                 stats = stats.scaled(choice.scales)
             else:

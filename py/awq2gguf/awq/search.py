@@ -83,9 +83,11 @@ class InputStats:
         """Mean over tokens and rows of the squared output error of a weight error d (rows, features)."""
         return (d.to(self.products) @ self._factor_t).float().pow(2).sum().item() / (self.n_tokens * d.shape[0])
 
-    def importance(self) -> torch.Tensor:
-        """Mean of x^2 per feature: the imatrix entry llama-imatrix would collect for this input."""
-        return self.factor.pow(2).sum(0) / self.n_tokens
+    def importance(self, s: torch.Tensor | None = None) -> torch.Tensor:
+        """Mean of x^2 per feature (of x / s, where a scale s is folded into the consumer): the imatrix
+        entry llama-imatrix would collect for this input."""
+        mean_square = self.factor.pow(2).sum(0) / self.n_tokens
+        return mean_square if s is None else mean_square / s.pow(2)
 
     def block_grams(self) -> torch.Tensor:
         """The (blocks, 32, 32) diagonal blocks of x^T x: each Q4_0 block's own inputs."""
@@ -147,7 +149,7 @@ def output_error(stats: InputStats, consumers: list[nn.Linear], s: torch.Tensor,
     for linear in consumers:
         weight = linear.weight[::1 if every_row else _search_row_step(linear.weight, stats)]
         n_rows, grid = weight.shape[0], grids.grid_of(linear)
-        importance = stats.importance() / s.pow(2) if grids.weighs(linear) else None  # of x / s
+        importance = stats.importance(s) if grids.weighs(linear) else None
         for w in weight.split(ROWS_PER_STEP):
             w = w.float()
             err += stats.error(w - grid.fake_quant(w * s, importance) / s) * w.shape[0] / n_rows
