@@ -64,7 +64,7 @@ def test_stock_dot_products_that_the_patches_fix(vec_dot):
 
 @pytest.fixture(scope="module")
 def repack():
-    return {(variant, target): qemu(target, arm_build(variant, "patched") / "q4_0_repack", 1)
+    return {(variant, target): qemu(target, arm_build(variant, "patched") / "repack", 1)
             for variant, target in TARGETS}
 
 

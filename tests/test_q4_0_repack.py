@@ -1,6 +1,6 @@
 """Repacked Q4_0 on x86 through each build's own entry points: the GEMM/GEMV this CPU's build runs
 (patches 0006/0011 on AVX2, 0012/0015/0019 on AVX-512), the decode paths (0017, 0018) and GET_ROWS
-from the repacked layout (0004), against ggml's own references (tests/kernels/q4_0_repack.cpp).
+from the repacked layout (0004), against ggml's own references (tests/kernels/repack.cpp).
 Both widths' kernels on any host: test_q4_0x8_kernels."""
 
 import re
@@ -14,7 +14,7 @@ from conftest import run_kernel_test
 KERNEL_TOLERANCE = 1e-5
 # Repacked vs plain MUL_MAT also quantize the activations through different code paths.
 MUL_MAT_TOLERANCE = 1e-4
-# tests/kernels/q4_0_repack.cpp's (K, N) weight shapes and activation row counts M: one op per pair.
+# tests/kernels/repack.cpp's (K, N) weight shapes and activation row counts M: one op per pair.
 N_OPS = 5 * 7
 _KERNEL = re.compile(r"kernel (gemm|gemv) K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+) hash (\w+)")
 _MUL_MAT = re.compile(r"mul_mat K=(\d+) N=(\d+) M=(\d+) max_rel_err (\S+)")
@@ -25,7 +25,7 @@ _GET_ROWS = re.compile(r"get_rows K=(\d+) N=(\d+) (unsupported|mismatches (\d+))
 
 @pytest.fixture(scope="module")
 def reports(builds):
-    return {name: run_kernel_test(build, "q4_0_repack", "2") for name, build in builds.items()}
+    return {name: run_kernel_test(build, "repack", "2") for name, build in builds.items()}
 
 
 @pytest.mark.parametrize("build_name", ["stock", "patched"])

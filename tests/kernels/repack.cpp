@@ -1,15 +1,17 @@
-// Repacked Q4_0 through a build's ggml CPU backend.
+// Repacked weights (Q4_0, or the TYPE named) through a build's ggml CPU backend.
 //
-// For each case it prints one line:
+// Per weight shape it prints "layout K=<k> N=<n> <repacked|none>": whether the build has a repacked
+// layout for the type on this CPU (with none, nothing else is printed for the shape). Then for each
+// case one line:
 //   kernel <gemm|gemv> K=<k> N=<n> M=<m> max_rel_err <e> hash <h>
-//       the build's ggml_gemm/gemv_q4_0_8x8_q8_0 against ggml's own scalar _generic kernel on the
+//       (Q4_0) the build's ggml_gemm/gemv_q4_0_8x8_q8_0 against ggml's own scalar _generic kernel on the
 //       same weights in the q4_0_8x8 layout (made here: the CPU may pick another layout) and the
 //       same quantized activations. Integer block sums are exact in both, so
 //       the error is float accumulation order only; relative to the row's largest |output|. The
 //       hash of the kernel's output bits lets two builds be compared (inputs are seeded).
-//   mul_mat K=<k> N=<n> M=<m> max_rel_err <e>
+//   mul_mat K=<k> N=<n> M=<m> max_rel_err <e> hash <h>
 //       MUL_MAT with the weight in a CPU_REPACK buffer (whatever layout the build picks for this
-//       CPU) against the same weight in a plain buffer.
+//       CPU) against the same weight in a plain buffer; hash: the repacked product's bits.
 //   one_row K=<k> N=<n> M=<m> mismatches <count>
 //       (M > 1) MUL_MAT of the last activation row alone, the decode case, against that row of the
 //       M-row MUL_MAT: bit for bit where that row goes through the chunked GEMV (M not a multiple
@@ -20,7 +22,8 @@
 //       the addend, added here: bit for bit.
 //   get_rows K=<k> N=<n> <unsupported | mismatches <count>>
 //       GET_ROWS from the CPU_REPACK tensor against the plain one (bit for bit when supported).
-// Built by tests/test_q4_0_repack.py against each build's libggml; usage: q4_0_repack [threads]
+// Built against each build's libggml and run by tests/test_q4_0_repack.py and test_k_quant_repack.py;
+// usage: repack [threads] [q4_0|q4_K|q6_K]
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
@@ -28,6 +31,7 @@
 
 #include "q4_0x8_layout.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -48,33 +52,43 @@ struct Weights {
     ggml_context * ctx;
     ggml_tensor * repacked, * plain;
     ggml_backend_buffer_t buf_repacked, buf_plain;
-    std::vector<uint8_t> q4_0x8;  // the plain blocks in the q4_0_8x8 layout
+    std::vector<uint8_t> q4_0x8;  // Q4_0: the plain blocks in the q4_0_8x8 layout
 };
 
-static Weights make_weights(ggml_backend_t cpu, int64_t k, int64_t n) {
-    Weights w;
-    ggml_init_params params = {2 * ggml_tensor_overhead(), nullptr, true};
-    w.ctx = ggml_init(params);
-    w.repacked = ggml_new_tensor_2d(w.ctx, GGML_TYPE_Q4_0, k, n);
-    w.plain    = ggml_new_tensor_2d(w.ctx, GGML_TYPE_Q4_0, k, n);
-    w.buf_repacked = ggml_backend_buft_alloc_buffer(repack_buft(cpu), ggml_nbytes(w.repacked));
-    w.buf_plain    = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), ggml_nbytes(w.plain));
-    ggml_backend_tensor_alloc(w.buf_repacked, w.repacked, ggml_backend_buffer_get_base(w.buf_repacked));
-    ggml_backend_tensor_alloc(w.buf_plain, w.plain, ggml_backend_buffer_get_base(w.buf_plain));
-
-    const std::vector<float> f = random_matrix(n, k, 0.02f);
-    std::vector<uint8_t> q(ggml_nbytes(w.plain));
-    ggml_quantize_chunk(GGML_TYPE_Q4_0, f.data(), q.data(), 0, n, k, nullptr);
-    ggml_backend_tensor_set(w.plain, q.data(), 0, q.size());
-    ggml_backend_tensor_set(w.repacked, q.data(), 0, q.size());  // repacks into the CPU's layout
-    w.q4_0x8 = to_q4_0x8(q, k, n);
-    return w;
+static void free_weights(Weights * w) {
+    ggml_backend_buffer_free(w->buf_repacked);
+    ggml_backend_buffer_free(w->buf_plain);
+    ggml_free(w->ctx);
+    delete w;
 }
 
-static void free_weights(Weights & w) {
-    ggml_backend_buffer_free(w.buf_repacked);
-    ggml_backend_buffer_free(w.buf_plain);
-    ggml_free(w.ctx);
+// nullptr where the build has no repacked layout for the type on this CPU.
+static Weights * make_weights(ggml_backend_t cpu, ggml_type type, int64_t k, int64_t n) {
+    Weights * w = new Weights;
+    ggml_init_params params = {2 * ggml_tensor_overhead(), nullptr, true};
+    w->ctx = ggml_init(params);
+    w->repacked = ggml_new_tensor_2d(w->ctx, type, k, n);
+    w->plain    = ggml_new_tensor_2d(w->ctx, type, k, n);
+    w->buf_repacked = ggml_backend_buft_alloc_buffer(repack_buft(cpu), ggml_nbytes(w->repacked));
+    w->buf_plain    = ggml_backend_buft_alloc_buffer(ggml_backend_cpu_buffer_type(), ggml_nbytes(w->plain));
+    ggml_backend_tensor_alloc(w->buf_repacked, w->repacked, ggml_backend_buffer_get_base(w->buf_repacked));
+    ggml_backend_tensor_alloc(w->buf_plain, w->plain, ggml_backend_buffer_get_base(w->buf_plain));
+    const bool repacked = w->repacked->extra != nullptr;  // the layout the build picked, if any
+    printf("layout K=%lld N=%lld %s\n", (long long) k, (long long) n, repacked ? "repacked" : "none");
+    if (!repacked) {
+        free_weights(w);
+        return nullptr;
+    }
+
+    const std::vector<float> f = random_matrix(n, k, 0.02f);
+    std::vector<uint8_t> q(ggml_nbytes(w->plain));
+    ggml_quantize_chunk(type, f.data(), q.data(), 0, n, k, nullptr);
+    ggml_backend_tensor_set(w->plain, q.data(), 0, q.size());
+    ggml_backend_tensor_set(w->repacked, q.data(), 0, q.size());  // repacks into the CPU's layout
+    if (type == GGML_TYPE_Q4_0) {
+        w->q4_0x8 = to_q4_0x8(q, k, n);
+    }
+    return w;
 }
 
 // The q4_0_8x8 kernels straight.
@@ -152,8 +166,8 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
     std::vector<float> a(m * n), b(m * n);
     ggml_backend_tensor_get(mm_rep, a.data(), 0, ggml_nbytes(mm_rep));
     ggml_backend_tensor_get(mm_plain, b.data(), 0, ggml_nbytes(mm_plain));
-    printf("mul_mat K=%lld N=%lld M=%lld max_rel_err %.3e\n", (long long) k, (long long) n, (long long) m,
-           max_rel_err(a.data(), b.data(), m, n));
+    printf("mul_mat K=%lld N=%lld M=%lld max_rel_err %.3e hash %016llx\n", (long long) k, (long long) n, (long long) m,
+           max_rel_err(a.data(), b.data(), m, n), (unsigned long long) fnv1a(a.data(), m * n));
     std::vector<float> last(n);
     ggml_backend_tensor_get(mm_last, last.data(), 0, ggml_nbytes(mm_last));
     if (m > 1) {
@@ -190,16 +204,34 @@ static void check_ops(ggml_backend_t cpu, const Weights & w, int64_t k, int64_t 
 int main(int argc, char ** argv) {
     ggml_backend_t cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_n_threads(cpu, argc > 1 ? atoi(argv[1]) : 2);
-    // K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size, Gemma 3 270M's hidden
-    // size (20 blocks). N: one column tile, a few, and an odd number of tiles. M: decode (1),
-    // below/at/above the 4-row GEMM groups, prefill.
-    const int64_t shapes[][2] = {{32, 8}, {896, 24}, {4864, 16}, {896, 136}, {640, 40}};
+    const std::string type_name = argc > 2 ? argv[2] : "q4_0";
+    // Q4_0, K: one block, a Qwen2.5-0.5B hidden size, its ffn_down inner size, Gemma 3 270M's
+    // hidden size (20 blocks). Q4_K and Q6_K (256-value super-blocks), K: one super-block, Qwen2.5-1.5B's
+    // hidden size and its ffn_down inner size, Qwen2.5-0.5B's ffn_down (19 super-blocks). N: one
+    // column tile, a few, and an odd number of tiles. M: decode (1), below/at/above the 4-row GEMM
+    // groups, prefill.
+    const std::vector<std::array<int64_t, 2>> shapes = type_name == "q4_0"
+        ? std::vector<std::array<int64_t, 2>>{{32, 8}, {896, 24}, {4864, 16}, {896, 136}, {640, 40}}
+        : std::vector<std::array<int64_t, 2>>{{256, 8}, {1536, 24}, {8960, 16}, {1536, 136}, {4864, 40}};
+    const ggml_type type = type_name == "q4_0" ? GGML_TYPE_Q4_0
+                         : type_name == "q4_K" ? GGML_TYPE_Q4_K
+                         : type_name == "q6_K" ? GGML_TYPE_Q6_K
+                                               : GGML_TYPE_COUNT;
+    if (type == GGML_TYPE_COUNT) {
+        fprintf(stderr, "repack: unknown type %s (q4_0, q4_K, q6_K)\n", type_name.c_str());
+        return 2;
+    }
     const int64_t rows[] = {1, 3, 4, 5, 8, 13, 64};
     for (const auto & s : shapes) {
-        Weights w = make_weights(cpu, s[0], s[1]);
+        Weights * w = make_weights(cpu, type, s[0], s[1]);
+        if (!w) {
+            continue;
+        }
         for (int64_t m : rows) {
-            check_kernels(w, s[0], s[1], m);
-            check_ops(cpu, w, s[0], s[1], m);
+            if (type == GGML_TYPE_Q4_0) {
+                check_kernels(*w, s[0], s[1], m);
+            }
+            check_ops(cpu, *w, s[0], s[1], m);
         }
         free_weights(w);
     }
