@@ -82,6 +82,21 @@ def test_patched_q4_0_repacked_kernels_and_ops(repack, variant, target):
     assert all(count == "0" for count in mul_mat_add)
 
 
+@pytest.mark.parametrize("target", ["128", "256", "512", "1024"])
+def test_patched_q6_K_repacked_ops_and_get_rows(target):
+    """With i8mm the pin repacks Q6_K (q6_K_8x8); patch 0025 serves GET_ROWS from that layout, so a
+    tied Q6_K embedding is held once: its rows bit for bit, its products as the plain vec_dot's."""
+    from test_k_quant_repack import ROWS, SHAPES
+
+    out = qemu(target, arm_build("sve", "patched") / "repack", 1, "q6_K")
+    assert re.findall(r"layout K=\d+ N=\d+ (\w+)", out) == ["repacked"] * SHAPES
+    mul_mat = re.findall(r"mul_mat K=\d+ N=\d+ M=\d+ max_rel_err (\S+)", out)
+    get_rows = re.findall(r"get_rows K=\d+ N=\d+ (unsupported|mismatches (\d+))", out)
+    assert len(mul_mat) == len(get_rows) == SHAPES * ROWS
+    assert [e for e in mul_mat if not float(e) <= MUL_MAT_TOLERANCE] == []
+    assert all(count == "0" for _, count in get_rows)
+
+
 @pytest.mark.parametrize("target", ["128", "512"])
 def test_patched_rope_is_within_its_bound_on_arm(target):
     from test_rope import N_CASES, PATCHED_BOUND
