@@ -131,10 +131,11 @@ def test_serve_measures_each_server_at_each_client_count(tiny_q4_0, tmp_path):
         (f"{build}, {parallel} at once", clients, 2 * clients)
         for build in ("stock", "patched") for parallel in (1, 2) for clients in (1, 2)]
     for r in report["rows"]:
-        assert r["requests_per_s"] > 0 and 0 < r["ttft_ms_median"] <= r["ttft_ms_max"]
+        assert r["requests_per_s"] > 0 and 0 < r["ttft_ms_median"] <= r["ttft_ms_max"] and r["embeddings_per_s"] > 0
     assert all(len(reps) == 2 for reps in report["runs"].values())
     md = bench(tmp_path, "report")
     assert md.returncode == 0 and "| server | clients | requests | requests/s | answer tokens/s |" in md.stdout
+    assert "embeddings/s (one prompt each) |" in md.stdout
 
 
 def test_decode_over_two_rpc_servers(tiny_q4_0, two_rpc_servers, tmp_path):
@@ -150,7 +151,8 @@ def test_decode_over_two_rpc_servers(tiny_q4_0, two_rpc_servers, tmp_path):
 
 
 def test_serve_soak_counts_every_request_and_samples_the_servers_rss(tiny_q4_0, tmp_path):
-    """Each --parallel is a server of its own; 8 slots for 3 clients are 3."""
+    """Each --parallel is a server of its own; 8 slots for 3 clients are 3. Every 4th request is an
+    embedding request, served by the embedding engine without an error."""
     proc = bench(tmp_path, "serve", "--model", str(tiny_q4_0[("tiny-tied", "patched")]), "--soak", "30",
                  "--clients", "1,3", "--parallel", "1,3,8", "--prompt-words", "8", "--n-gen", "4", "--builds",
                  "patched", "--threads", "2", "--json")

@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import hypothesis
+import numpy as np
 import openai
 import psutil
 import pytest
@@ -19,7 +20,7 @@ from gguf import GGUFReader
 from awq2gguf.metadata import Key
 from awq2gguf.processes import LOOPBACK
 from awq2gguf.serve.cli import main as serve_main
-from awq2gguf.serve.process import free_port, served
+from awq2gguf.serve.process import CLIENT_ALIAS, free_port, served
 
 
 @pytest.fixture(scope="module")
@@ -31,21 +32,21 @@ def server(smollm2_q4_0):
 
 @pytest.fixture(scope="module")
 def keyed_server(smollm2_q4_0):
-    """With an API key, and a queue of one request."""
-    with served(smollm2_q4_0, "patched", 2, "--queue", "1", "--parallel", "1", api_key=KEY) as s:
+    """With an API key, a queue of one request, and no embeddings."""
+    with served(smollm2_q4_0, "patched", 2, "--queue", "1", "--parallel", "1", "--no-embeddings", api_key=KEY) as s:
         yield s.url
 
 
 def test_openai_client_gets_a_completion_and_a_streamed_chat_completion(server):
     api = client(server)
-    text = api.completions.create(model="m", prompt="The capital of France is", max_tokens=8,
+    text = api.completions.create(model=CLIENT_ALIAS, prompt="The capital of France is", max_tokens=8,
                                      temperature=0).choices[0].text
     assert len(text.strip()) > 0
 
     messages = [{"role": "user", "content": "Name three colours."}]
-    whole = api.chat.completions.create(model="m", messages=messages, max_tokens=32, temperature=0)
+    whole = api.chat.completions.create(model=CLIENT_ALIAS, messages=messages, max_tokens=32, temperature=0)
     chunks = [c.choices[0].delta.content for c in api.chat.completions.create(
-        model="m", messages=messages, max_tokens=32, temperature=0, stream=True) if c.choices[0].delta.content]
+        model=CLIENT_ALIAS, messages=messages, max_tokens=32, temperature=0, stream=True) if c.choices[0].delta.content]
     assert len(chunks) > 3  # token by token, not one piece
     assert "".join(chunks) == whole.choices[0].message.content  # greedy: the same answer either way
 
@@ -61,7 +62,7 @@ def test_eight_concurrent_streams_each_get_their_own_answer(server):
     api = client(server)
 
     def ask(prompt, stream):
-        out = api.completions.create(model="m", prompt=prompt, max_tokens=24, temperature=0, stream=stream)
+        out = api.completions.create(model=CLIENT_ALIAS, prompt=prompt, max_tokens=24, temperature=0, stream=stream)
         return "".join(c.choices[0].text for c in out) if stream else out.choices[0].text
 
     alone = [ask(p, False) for p in PROMPTS]
@@ -74,10 +75,10 @@ def test_eight_concurrent_streams_each_get_their_own_answer(server):
 def test_over_long_requests_get_400_and_the_server_goes_on(server):
     api = client(server)
     with pytest.raises(openai.BadRequestError, match="the prompt is [0-9]+ tokens, over this server's limit of 768"):
-        api.chat.completions.create(model="m", messages=[{"role": "user", "content": "word " * 2000}], stream=True)
+        api.chat.completions.create(model=CLIENT_ALIAS, messages=[{"role": "user", "content": "word " * 2000}], stream=True)
     with pytest.raises(openai.BadRequestError, match="max_tokens 10000 is over this server's limit of 256"):
-        api.completions.create(model="m", prompt="Hello", max_tokens=10000)
-    assert api.completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+        api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=10000)
+    assert api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4).usage.completion_tokens == 4
 
 
 @pytest.mark.parametrize("body, message", [
@@ -91,7 +92,7 @@ def test_a_body_that_is_not_a_json_object_gets_400_and_the_server_goes_on(server
             r = httpx.post(f"{server}{path}", content=body, headers={"content-type": content_type})
             assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_json"
             assert r.json()["error"]["message"].startswith(message)
-    assert client(server).completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+    assert client(server).completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4).usage.completion_tokens == 4
 
 
 def test_a_json_body_sent_as_a_form_is_served(server):
@@ -102,18 +103,19 @@ def test_a_json_body_sent_as_a_form_is_served(server):
 
 def test_answers_name_the_model_by_its_alias_never_by_its_path(server, smollm2_q4_0):
     api = client(server)
-    assert api.completions.create(model="m", prompt="Hello", max_tokens=2).model == smollm2_q4_0.stem
+    assert api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=2).model == smollm2_q4_0.stem
     r = httpx.post(f"{server}/v1/completions", json={"prompt": "Hello", "max_tokens": 2}, timeout=300)
     assert r.status_code == 200 and r.json()["model"] == smollm2_q4_0.stem
-    chunks = api.chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
+    chunks = api.chat.completions.create(model=CLIENT_ALIAS, messages=[{"role": "user", "content": "Hi"}], max_tokens=2,
                                          stream=True)
     assert {c.model for c in chunks} == {smollm2_q4_0.stem}
 
 
 @pytest.fixture(scope="module")
 def short_server(smollm2_q4_0):
-    """Answers of at most 4 tokens: many generated requests in little time. The API alone, no chat page."""
-    with served(smollm2_q4_0, "patched", 2, "--ctx", "512", "--max-tokens", "4", "--no-page") as s:
+    """Answers of at most 4 tokens: many generated requests in little time. The API alone, no chat page;
+    bodies of 1 MiB at most."""
+    with served(smollm2_q4_0, "patched", 2, "--ctx", "512", "--max-tokens", "4", "--no-page", "--max-body", "1") as s:
         yield s
 
 
@@ -143,7 +145,7 @@ def test_requests_generated_from_the_openapi_schema_never_get_a_5xx(short_server
     and mode, not shrunk."""
     schema = schemathesis.openapi.from_url(f"{short_server.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert {"/v1/completions", "/v1/chat/completions"} <= {op.path for op in operations}
+    assert {"/v1/completions", "/v1/chat/completions", "/v1/embeddings"} <= {op.path for op in operations}
     failures = []
     for operation in operations:
         @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
@@ -182,8 +184,34 @@ MALFORMED = [
     ("/v1/chat/completions", {"messages": []}, "invalid request: body.messages: List should have at least 1 item"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "Hi"}]}, "invalid request: body.messages.0"),
     ("/v1/completions", {"prompt": "Hi", "logit_bias": {"99999999": 5}},
-     "invalid request: body.logit_bias: Value error, '99999999' is not a token id of this model (0 to 49151)"),
+     "invalid request: body.logit_bias: '99999999' is not a token id of this model (0 to 49151)"),
     ("/v1/completions", {"prompt": "Hi", "logit_bias": {"5": 101}}, "invalid request: body.logit_bias.5"),
+    # strict types, as OpenAI's: nothing is converted
+    ("/v1/completions", {"prompt": "Hi", "max_tokens": "10"}, "invalid request: body.max_tokens: Input should be a "
+                                                              "valid integer"),
+    ("/v1/completions", {"prompt": "Hi", "stream": "true"}, "invalid request: body.stream: Input should be a valid "
+                                                            "boolean"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}]}]},
+     "invalid request: body.messages.0.user.content: this model takes text only, not a content part of type "
+     "'image_url'"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "response_format": {
+        "type": "json_schema", "json_schema": {"name": "a", "schema": {"$ref": "#/$defs/Missing"}}}},
+     "invalid request: body.response_format.json_schema.schema: $ref '#/$defs/Missing' points at nothing in the "
+     "schema"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "tools": [{"type": "function", "function": {
+        "name": "f", "parameters": {"type": "object", "properties": {"x": {"$ref": "https://example.com/x.json"}}}}}]},
+     "invalid request: body.tools.0.function.parameters: $ref 'https://example.com/x.json' is outside the schema"),
+    ("/v1/embeddings", {"input": ""}, "invalid request: body.input: should be a non-empty text, list of texts"),
+    ("/v1/embeddings", {"input": ["Hi", 5]}, "invalid request: body.input: should be a non-empty text, list of texts"),
+    ("/v1/embeddings", {"input": ["Hi"] * 2049}, "invalid request: body.input: holds 2049 inputs, over the limit of "
+                                                 "2048"),
+    ("/v1/embeddings", {"input": "Hi", "dimensions": 7},
+     "invalid request: body.dimensions: this model's embeddings have 576 dimensions, and are not shortened to 7"),
+    ("/v1/embeddings", {"input": "Hi", "encoding_format": "hex"}, "invalid request: body.encoding_format: Input "
+                                                                  "should be 'float' or 'base64'"),
+    ("/v1/embeddings", {"input": "word " * 600}, "the input is 601 tokens, over this server's limit of 508"),
+    ("/v1/embeddings", {"input": ["Hi", "word " * 600]}, "input 1 is 601 tokens, over this server's limit of 508"),
 ]
 
 
@@ -202,25 +230,74 @@ def test_a_lone_utf16_surrogate_gets_400_saying_so(short_server, path, body):
 def test_malformed_requests_get_400_with_the_reason(short_server, path, body, message):
     r = httpx.post(f"{short_server.url}{path}", json=body, timeout=120)
     assert r.status_code == 400 and r.json()["error"]["message"].startswith(message), r.text[:300]
+    assert "\n" not in r.json()["error"]["message"]
 
 
-def test_a_body_over_the_limit_gets_413(short_server):
-    # --ctx 512, --max-tokens 4: 508 prompt tokens, 64 bytes each on top of 1 MiB
-    r = httpx.post(f"{short_server.url}/v1/completions", json={"prompt": "x" * (2 << 20)}, timeout=120)
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_body_over_the_limit_gets_413(short_server, chunked):
+    """20 MB against --max-body 1: the answer is a 413, not a reset connection, whether the client says
+    the length first or not."""
+    body = json.dumps({"prompt": "x" * (20 << 20)}).encode()
+    content = (body[i:i + (1 << 16)] for i in range(0, len(body), 1 << 16)) if chunked else body
+    r = httpx.post(f"{short_server.url}/v1/completions", content=content, timeout=120,
+                   headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["message"] == (
-        "the request body is over this server's limit of 1081088 bytes")
+        "the request body is over this server's limit of 1048576 bytes")
+    assert client(short_server.url).completions.create(model=CLIENT_ALIAS, prompt="x " * 400, max_tokens=1).choices
 
 
-def test_null_is_the_default_and_embeddings_are_not_served(short_server):
+def test_null_is_the_default(short_server):
     r = httpx.post(f"{short_server.url}/v1/completions", timeout=120,
                    json={"prompt": "Hi", "frequency_penalty": None, "stop": None, "max_tokens": None})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] > 0
-    assert httpx.post(f"{short_server.url}/v1/embeddings", json={"input": "Hi"}).status_code == 404
-    assert "/v1/embeddings" not in httpx.get(f"{short_server.url}/openapi.json").json()["paths"]
+
+
+def test_only_the_served_model_is_answered_under_its_names(short_server, smollm2_q4_0):
+    """/v1/models lists the file's stem and the --alias; any other `model` gets 404, as from OpenAI."""
+    names = [m.id for m in client(short_server.url).models.list()]
+    assert names == [smollm2_q4_0.stem, CLIENT_ALIAS]
+    for name in names:
+        assert client(short_server.url).completions.create(model=name, prompt="Hi", max_tokens=1).choices
+    for path, body in [("/v1/completions", {"prompt": "Hi"}), ("/v1/embeddings", {"input": "Hi"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})]:
+        r = httpx.post(f"{short_server.url}{path}", json={**body, "model": "gpt-4o"}, timeout=120)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found", r.text
+        assert r.json()["error"]["message"] == (f"the model 'gpt-4o' is not served here, only {smollm2_q4_0.stem!r} or "
+                                                f"'{CLIENT_ALIAS}' (see /v1/models)")
+
+
+EMBEDDED = ["The capital of France is Paris.", "Quantized weights take four bits each.", "Ein kurzer Satz, une phrase."]
+
+
+def _llama_embedding(build, model, texts: list[str]) -> np.ndarray:
+    """llama.cpp's own llama-embedding on the texts (one per line), pooled and normalized as served."""
+    out = build.run("llama-embedding", ["-m", str(model), "-t", "2", "--pooling", "mean", "--embd-normalize", "2",
+                                        "--embd-output-format", "json", "--no-repack", "-p", "\n".join(texts)])
+    return np.array([d["embedding"] for d in json.loads(out.stdout)["data"]])
+
+
+def test_embeddings_equal_llama_embeddings_on_the_same_texts(short_server, smollm2_q4_0, builds):
+    """The openai client's embeddings.create (which asks for base64), floats, and token ids: one
+    L2-normalized vector per input, equal to llama-embedding's (mean pooling: SmolLM2 has none of its own)."""
+    api = client(short_server.url)
+    got = api.embeddings.create(model=CLIENT_ALIAS, input=EMBEDDED)
+    vectors = np.array([d.embedding for d in got.data])
+    assert [d.index for d in got.data] == [0, 1, 2] and vectors.shape == (3, 576)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    reference = _llama_embedding(builds["patched"], smollm2_q4_0, EMBEDDED)
+    cosine = (vectors * reference).sum(axis=1) / np.linalg.norm(reference, axis=1)
+    assert cosine.min() > 1 - 1e-4, cosine
+    floats = api.embeddings.create(model=CLIENT_ALIAS, input=EMBEDDED[0], encoding_format="float")
+    assert np.allclose(floats.data[0].embedding, vectors[0], atol=1e-6)
+    ids = api.embeddings.create(model=CLIENT_ALIAS, input=[[1, 2, 3], [4, 5]]).data
+    assert len(ids) == 2 and all(len(d.embedding) == 576 for d in ids)
+    assert not np.allclose(ids[0].embedding, ids[1].embedding)
+    alone = [api.embeddings.create(model=CLIENT_ALIAS, input=text).usage.prompt_tokens for text in EMBEDDED]
+    assert got.usage.prompt_tokens == got.usage.total_tokens == sum(alone) and min(alone) > 3
 
 
 def test_the_server_answers_after_the_generated_requests(short_server):
-    assert client(short_server.url).completions.create(model="m", prompt="Hello", max_tokens=4).usage.completion_tokens == 4
+    assert client(short_server.url).completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4).usage.completion_tokens == 4
 
 
 def _end_of_text_banned(model) -> dict[str, float]:
@@ -242,7 +319,7 @@ def long_server(smollm2_q4_0):
 
 def test_a_client_that_disconnects_frees_its_place_at_once(long_server, smollm2_q4_0):
     api = client(long_server.url)
-    stream = api.completions.create(model="m", prompt="1, 2, 3, 4,", max_tokens=4000, temperature=0, stream=True,
+    stream = api.completions.create(model=CLIENT_ALIAS, prompt="1, 2, 3, 4,", max_tokens=4000, temperature=0, stream=True,
                                     logit_bias=_end_of_text_banned(smollm2_q4_0))
     chunks = iter(stream)
     next(chunks), next(chunks)
@@ -250,7 +327,7 @@ def test_a_client_that_disconnects_frees_its_place_at_once(long_server, smollm2_
     start = time.monotonic()
     while True:  # 503 while the abandoned answer would still hold the one place; a wait while it holds the slot
         try:
-            api.completions.create(model="m", prompt="Hello", max_tokens=2)
+            api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=2)
             break
         except openai.InternalServerError as e:
             assert e.status_code == 503
@@ -263,9 +340,9 @@ def test_a_client_that_disconnects_frees_its_place_at_once(long_server, smollm2_
 def test_a_stop_signal_lets_an_open_stream_finish_then_exits(smollm2_q4_0, stop, status):
     with served(smollm2_q4_0, "patched", 2) as s:
         api = client(s.url)
-        whole = api.completions.create(model="m", prompt="Once upon a time", max_tokens=48, temperature=0,
+        whole = api.completions.create(model=CLIENT_ALIAS, prompt="Once upon a time", max_tokens=48, temperature=0,
                                        logit_bias=_end_of_text_banned(smollm2_q4_0)).choices[0].text
-        chunks = iter(api.completions.create(model="m", prompt="Once upon a time", max_tokens=48, temperature=0,
+        chunks = iter(api.completions.create(model=CLIENT_ALIAS, prompt="Once upon a time", max_tokens=48, temperature=0,
                                              logit_bias=_end_of_text_banned(smollm2_q4_0), stream=True))
         first = next(chunks).choices[0].text
         s.process.send_signal(stop)
@@ -277,41 +354,58 @@ def test_a_stop_signal_lets_an_open_stream_finish_then_exits(smollm2_q4_0, stop,
         assert "Traceback" not in s.output()
 
 
-def test_the_engine_never_outlives_the_server(smollm2_q4_0):
+def _engines(served_process) -> dict[str, psutil.Process]:
+    """awq2gguf-serve's llama-servers: the chat engine's and the embedding engine's."""
+    children = psutil.Process(served_process.pid).children()
+    assert all(c.name() == "llama-server" for c in children)
+    return {"embeddings" if "--embeddings" in c.cmdline() else "chat": c for c in children}
+
+
+def test_the_engines_never_outlive_the_server(smollm2_q4_0):
     with served(smollm2_q4_0, "patched", 2) as s:
-        engine, = psutil.Process(s.process.pid).children()
-        assert engine.name() == "llama-server"
-        s.process.kill()  # no chance to stop it
+        engines = _engines(s.process)
+        assert set(engines) == {"chat", "embeddings"}
+        s.process.kill()  # no chance to stop them
         deadline = time.monotonic() + 5
-        while engine.is_running() and engine.status() != psutil.STATUS_ZOMBIE:  # dead, if not yet reaped
-            assert time.monotonic() < deadline, "llama-server outlived awq2gguf-serve"
-            time.sleep(0.05)
+        for engine in engines.values():
+            while engine.is_running() and engine.status() != psutil.STATUS_ZOMBIE:  # dead, if not yet reaped
+                assert time.monotonic() < deadline, "llama-server outlived awq2gguf-serve"
+                time.sleep(0.05)
 
 
-def test_an_engine_that_exits_stops_the_server_with_its_reason(smollm2_q4_0):
+@pytest.mark.parametrize("role, name", [("chat", "llama-server"), ("embeddings", "llama-server for embeddings")])
+def test_an_engine_that_exits_stops_the_server_with_its_reason(smollm2_q4_0, role, name):
     with served(smollm2_q4_0, "patched", 2) as s:
-        engine, = psutil.Process(s.process.pid).children()
-        engine.kill()
+        _engines(s.process)[role].kill()
         assert s.process.wait(timeout=30) == 1
-        assert "Error: llama-server (patched build) failed (-9):" in s.output()
+        assert f"Error: {name} (patched build) failed (-9):" in s.output()
         assert "Traceback" not in s.output()
+
+
+def test_without_embeddings_the_route_says_so(keyed_server):
+    r = httpx.post(f"{keyed_server}/v1/embeddings", json={"input": "Hi"}, headers={"Authorization": f"Bearer {KEY}"})
+    assert r.status_code == 404 and r.json()["error"]["message"] == (
+        "this server serves no embeddings (it was started with --no-embeddings or --rpc)")
+    schema = httpx.get(f"{keyed_server}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert "/v1/embeddings" not in schema["paths"]
 
 
 def test_the_api_key_is_required_when_set(keyed_server):
     with pytest.raises(openai.AuthenticationError):
-        client(keyed_server, "wrong").completions.create(model="m", prompt="Hello", max_tokens=4)
-    assert client(keyed_server, KEY).completions.create(model="m", prompt="Hello", max_tokens=4).choices[0].text
+        client(keyed_server, "wrong").completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4)
+    assert client(keyed_server, KEY).completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4).choices[0].text
 
 
 def test_a_full_queue_answers_503_and_then_serves_again(keyed_server):
     api = client(keyed_server, KEY)
-    stream = api.completions.create(model="m", prompt="Once upon a time", max_tokens=64, stream=True)
+    stream = api.completions.create(model=CLIENT_ALIAS, prompt="Once upon a time", max_tokens=64, stream=True)
     first = next(iter(stream))  # the request is running
     with pytest.raises(openai.InternalServerError) as busy:
-        api.completions.create(model="m", prompt="Hello", max_tokens=4)
+        api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4)
     assert busy.value.status_code == 503 and "queue of 1" in str(busy.value)
+    assert busy.value.response.headers["retry-after"] == "1"
     assert first.choices[0].text is not None and len(list(stream)) > 0
-    assert api.completions.create(model="m", prompt="Hello", max_tokens=4).choices[0].text
+    assert api.completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4).choices[0].text
 
 
 def test_cli_refuses_to_expose_the_server_without_a_key(smollm2_q4_0, tmp_path):
@@ -323,6 +417,8 @@ def test_cli_refuses_to_expose_the_server_without_a_key(smollm2_q4_0, tmp_path):
     assert result.exit_code == 2 and "is not a GGUF file" in result.output
     result = CliRunner().invoke(serve_main, [str(smollm2_q4_0), "--parallel", "8", "--queue", "4"])
     assert result.exit_code == 2 and "--parallel 8 is more than --queue 4" in result.output
+    result = CliRunner().invoke(serve_main, [str(smollm2_q4_0), "--embeddings", "--rpc", "127.0.0.1:1"])
+    assert result.exit_code == 2 and "--embeddings cannot go with --rpc" in result.output
 
 
 def test_a_model_llama_server_cannot_load_gets_one_message(tmp_path):
@@ -397,7 +493,7 @@ def _greedy_logprobs(url) -> list[list[tuple[str, float]]]:
     logit is computed in the same order."""
     answers = []
     for p in PROMPTS[:3]:
-        choice = client(url).chat.completions.create(model="m", messages=[{"role": "user", "content": p}],
+        choice = client(url).chat.completions.create(model=CLIENT_ALIAS, messages=[{"role": "user", "content": p}],
                                                      max_tokens=12, temperature=0, logprobs=True).choices[0]
         answers.append([(t.token, t.logprob) for t in choice.logprobs.content])
     return answers
@@ -429,7 +525,7 @@ def test_a_lost_rpc_server_gets_503_and_the_server_exits_saying_why(tiny_f16, tw
     with served(tiny_f16["tiny-tied"], "patched", 2, "--rpc", ",".join(servers)) as split:
         procs[1].kill()
         with pytest.raises(openai.InternalServerError) as refused:
-            client(split.url).completions.create(model="m", prompt=PROMPTS[0], max_tokens=16)
+            client(split.url).completions.create(model=CLIENT_ALIAS, prompt=PROMPTS[0], max_tokens=16)
         assert refused.value.status_code == 503
         assert split.process.wait(timeout=30) == 1
         assert "Remote RPC server crashed" in split.output()

@@ -15,7 +15,7 @@ from awq2gguf.assets.dev_models import f16_gguf
 from awq2gguf.bench.models import quantized_by
 from awq2gguf.bench.serve_prompts import SPECULATION_PROMPTS
 from awq2gguf.builds import BUILD_NAMES
-from awq2gguf.serve.process import served
+from awq2gguf.serve.process import CLIENT_ALIAS, served
 
 @pytest.fixture(scope="module")
 def coder_q4_0(builds):
@@ -45,7 +45,7 @@ CALL_BEGUN = {"role": "assistant", "content": "<tool_call>\n"}
 def test_a_tool_call_comes_back_parsed_and_its_result_is_answered(coder_server, choice):
     api = client(coder_server)
     question = {"role": "user", "content": "What is the weather like in Paris?"}
-    first = api.chat.completions.create(model="m", messages=[question, CALL_BEGUN], tools=[TIME, WEATHER],
+    first = api.chat.completions.create(model=CLIENT_ALIAS, messages=[question, CALL_BEGUN], tools=[TIME, WEATHER],
                                         tool_choice=choice, parallel_tool_calls=False, max_tokens=64,
                                         temperature=0).choices[0]
     assert first.finish_reason == "tool_calls"
@@ -55,7 +55,7 @@ def test_a_tool_call_comes_back_parsed_and_its_result_is_answered(coder_server, 
     assert call.function.name in {"get_weather", "get_time"}
     assert json.loads(call.function.arguments) == {"city": "Paris"}
 
-    answer = api.chat.completions.create(model="m", tools=[TIME, WEATHER], max_tokens=32, temperature=0, messages=[
+    answer = api.chat.completions.create(model=CLIENT_ALIAS, tools=[TIME, WEATHER], max_tokens=32, temperature=0, messages=[
         question, {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 24 C"}]).choices[0].message
     assert not answer.tool_calls and "24" in answer.content
@@ -64,7 +64,7 @@ def test_a_tool_call_comes_back_parsed_and_its_result_is_answered(coder_server, 
 def test_a_named_tool_that_is_not_among_the_tools_gets_400(coder_server):
     with pytest.raises(openai.BadRequestError, match="tool_choice names 'get_time', which is not among the tools"):
         client(coder_server).chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER],
+            model=CLIENT_ALIAS, messages=[{"role": "user", "content": "Hi"}], tools=[WEATHER],
             tool_choice={"type": "function", "function": {"name": "get_time"}})
 
 
@@ -76,7 +76,7 @@ CITY = {"type": "object", "additionalProperties": False, "required": ["city", "c
 
 def test_a_json_schema_answer_parses_and_validates(coder_server):
     answer = client(coder_server).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Describe the capital of France."}], temperature=0,
+        model=CLIENT_ALIAS, messages=[{"role": "user", "content": "Describe the capital of France."}], temperature=0,
         response_format={"type": "json_schema", "json_schema": {"name": "city", "schema": CITY}}).choices[0]
     assert answer.finish_reason == "stop"
     jsonschema.validate(json.loads(answer.message.content), CITY)
@@ -84,7 +84,7 @@ def test_a_json_schema_answer_parses_and_validates(coder_server):
 
 def test_logprobs_are_the_answer_tokens_with_their_likeliest_alternatives(coder_server):
     answer = client(coder_server).chat.completions.create(
-        model="m", messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, temperature=0,
+        model=CLIENT_ALIAS, messages=[{"role": "user", "content": "Name a colour."}], max_tokens=8, temperature=0,
         logprobs=True, top_logprobs=3)
     steps = answer.choices[0].logprobs.content
     assert len(steps) == answer.usage.completion_tokens
@@ -97,23 +97,23 @@ def test_logprobs_are_the_answer_tokens_with_their_likeliest_alternatives(coder_
 
 def test_logprobs_on_completions_get_400_saying_where_they_are_served(coder_server):
     with pytest.raises(openai.BadRequestError, match="logprobs are served on /v1/chat/completions"):
-        client(coder_server).completions.create(model="m", prompt="Hello", max_tokens=4, logprobs=2)
+        client(coder_server).completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=4, logprobs=2)
 
 
 def test_stop_seed_and_usage(coder_server):
     api = client(coder_server)
-    whole = api.completions.create(model="m", prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0)
-    stopped = api.completions.create(model="m", prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0, stop=[" 6"])
+    whole = api.completions.create(model=CLIENT_ALIAS, prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0)
+    stopped = api.completions.create(model=CLIENT_ALIAS, prompt="Count: 1, 2, 3,", max_tokens=16, temperature=0, stop=[" 6"])
     assert " 6" in whole.choices[0].text and " 6" not in stopped.choices[0].text
     assert whole.choices[0].text.startswith(stopped.choices[0].text) and stopped.choices[0].finish_reason == "stop"
 
-    sampled = [api.completions.create(model="m", prompt="A story:", max_tokens=24, temperature=1.0, seed=seed)
+    sampled = [api.completions.create(model=CLIENT_ALIAS, prompt="A story:", max_tokens=24, temperature=1.0, seed=seed)
                .choices[0].text for seed in (7, 7, 8)]
     assert sampled[0] == sampled[1] != sampled[2]
 
     messages = [{"role": "user", "content": "Say hello."}]
-    usage = api.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0).usage
-    chunks = list(api.chat.completions.create(model="m", messages=messages, max_tokens=8, temperature=0, stream=True,
+    usage = api.chat.completions.create(model=CLIENT_ALIAS, messages=messages, max_tokens=8, temperature=0).usage
+    chunks = list(api.chat.completions.create(model=CLIENT_ALIAS, messages=messages, max_tokens=8, temperature=0, stream=True,
                                               stream_options={"include_usage": True}))
     assert chunks[-1].usage.prompt_tokens == usage.prompt_tokens > 5
     assert chunks[-1].usage.completion_tokens == usage.completion_tokens
@@ -123,16 +123,16 @@ def test_stop_seed_and_usage(coder_server):
 def test_tools_for_a_template_without_them_get_400(smollm2_q4_0):
     with served(smollm2_q4_0, "patched", 2, "--no-page") as s:
         with pytest.raises(openai.BadRequestError, match="this model's chat template takes no tools"):
-            client(s.url).chat.completions.create(model="m", messages=[{"role": "user", "content": "Hi"}],
+            client(s.url).chat.completions.create(model=CLIENT_ALIAS, messages=[{"role": "user", "content": "Hi"}],
                                                   tools=[WEATHER])
 
 
 def test_metrics_are_llama_servers_and_the_fronts_behind_the_key(smollm2_q4_0):
     with served(smollm2_q4_0, "patched", 2, "--no-page", "--queue", "1", "--parallel", "1", api_key=KEY) as s:
         assert httpx.get(f"{s.url}/metrics").status_code == 401
-        client(s.url, KEY).completions.create(model="m", prompt="Hello", max_tokens=3)
+        client(s.url, KEY).completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=3)
         with pytest.raises(openai.AuthenticationError):
-            client(s.url, "wrong").completions.create(model="m", prompt="Hello", max_tokens=3)
+            client(s.url, "wrong").completions.create(model=CLIENT_ALIAS, prompt="Hello", max_tokens=3)
         text = httpx.get(f"{s.url}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
     values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
     assert values["llamacpp:tokens_predicted_total"] == 3
@@ -145,7 +145,7 @@ def test_metrics_are_llama_servers_and_the_fronts_behind_the_key(smollm2_q4_0):
 
 def _turn(api, messages) -> tuple[str, dict]:
     """A greedy answer and llama-server's timings of it (prompt tokens evaluated and restored)."""
-    r = api.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=24, temperature=0)
+    r = api.chat.completions.with_raw_response.create(model=CLIENT_ALIAS, messages=messages, max_tokens=24, temperature=0)
     return r.parse().choices[0].message.content, r.http_response.json()["timings"]
 
 
@@ -179,7 +179,7 @@ def _greedy_answers(url, max_tokens=160) -> list[tuple[str, dict]]:
     out = []
     for text in SPECULATION_PROMPTS["code edits"][:2] + SPECULATION_PROMPTS["questions"][:1]:
         r = api.chat.completions.with_raw_response.create(
-            model="m", messages=[SYSTEM, {"role": "user", "content": text}], max_tokens=max_tokens, temperature=0)
+            model=CLIENT_ALIAS, messages=[SYSTEM, {"role": "user", "content": text}], max_tokens=max_tokens, temperature=0)
         out.append((r.parse().choices[0].message.content, r.http_response.json()["timings"]))
     return out
 

@@ -4,7 +4,8 @@ its --parallel, prompt cache and speculation) interleaved.
 Each client sends its requests one after another, each a streamed completion of a prompt no other
 request starts with (llama-server reuses a slot's cached prefix, which would skip the prefill) and
 exactly n_gen tokens (ignore_eos holds off end-of-generation). Measured per level: requests/s over
-the level's wall time, and time to first token (queueing and prefill) per request.
+the level's wall time, and time to first token (queueing and prefill) per request; then the same
+clients ask for as many embeddings of such prompts: embeddings/s (the embedding engine's speed).
 
 A chat run instead holds several conversations of many turns, one turn at a time in turn: more
 conversations than slots, so a turn finds its history in its slot only through the prompt cache.
@@ -14,9 +15,10 @@ A speculation run sends one stream of greedy chat requests of two kinds, code ed
 rewrites a given function) and questions: decode tokens/s and the share of drafted tokens accepted,
 as llama-server times them, and whether each answer is its build's without speculation.
 
-A soak run instead sends many requests from one count of clients to one server per build, and
-records each request's end (or its error) and the server's RSS every half second: requests/s over
-time, errors, and how much the RSS grows after the warm-up.
+A soak run instead sends many requests from one count of clients to one server per build (every
+SOAK_EMBED_EVERY-th an embedding request, the others streamed completions), and records each
+request's end (or its error) and the server's RSS every half second: requests/s over time, errors,
+and how much the RSS grows after the warm-up.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import psutil
 from ..builds import Build
 from ..errors import tail
 from ..serve.options import DEFAULT_PROMPT_CACHE_MIB
-from ..serve.process import Served, served
+from ..serve.process import CLIENT_ALIAS, Served, served
 from . import BenchError
 from .interleave import abba
 from .serve_prompts import CHAT_OPENERS, FOLLOW_UPS, SPECULATION_PROMPTS
@@ -54,11 +56,18 @@ def _streamed_request(api: openai.OpenAI, i: int, prompt_words: int, n_gen: int)
     """Request i streamed to its end; its time to first token in seconds."""
     start = time.perf_counter()
     ttft = None
-    stream = api.completions.create(model="m", prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
+    stream = api.completions.create(model=CLIENT_ALIAS, prompt=prompt(i, prompt_words), max_tokens=n_gen, temperature=0,
                                     stream=True, extra_body={"ignore_eos": True})
     for _ in stream:
         ttft = ttft or time.perf_counter() - start
     return ttft
+
+
+def _embedding_request(api: openai.OpenAI, i: int, prompt_words: int) -> None:
+    api.embeddings.create(model=CLIENT_ALIAS, input=prompt(i, prompt_words))
+
+
+SOAK_EMBED_EVERY = 4
 
 
 def _api(url: str) -> openai.OpenAI:
@@ -73,12 +82,21 @@ def load_level(url: str, clients: int, requests_per_client: int, prompt_words: i
         return [_streamed_request(api, first_id + c * requests_per_client + r, prompt_words, n_gen)
                 for r in range(requests_per_client)]
 
+    def embedder(c: int) -> None:
+        for r in range(requests_per_client):
+            _embedding_request(api, first_id + c * requests_per_client + r, prompt_words)
+
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         ttfts = [t for per_client in pool.map(client, range(clients)) for t in per_client]
     wall = time.perf_counter() - start
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        list(pool.map(embedder, range(clients)))
+    embed_wall = time.perf_counter() - start
     return {"clients": clients, "requests": len(ttfts), "requests_per_s": len(ttfts) / wall,
-            "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts)}
+            "ttft_ms_median": 1000 * statistics.median(ttfts), "ttft_ms_max": 1000 * max(ttfts),
+            "embeddings_per_s": len(ttfts) / embed_wall}
 
 
 class ServerConfig(NamedTuple):
@@ -141,7 +159,7 @@ def _failing_as_bench_error(server, what: str):
 def _timed_chat(api: openai.OpenAI, messages: list[dict], max_tokens: int) -> tuple[str, dict, float]:
     """A greedy chat completion, streamed: (answer, llama-server's timings, time to first token in s)."""
     start, ttft, parts, timings = time.perf_counter(), None, [], {}
-    stream = api.chat.completions.create(model="m", messages=messages, max_tokens=max_tokens, temperature=0,
+    stream = api.chat.completions.create(model=CLIENT_ALIAS, messages=messages, max_tokens=max_tokens, temperature=0,
                                          stream=True)
     for chunk in stream:
         if chunk.choices and chunk.choices[0].delta.content:
@@ -246,6 +264,7 @@ def summarise(runs: dict[str, list[list[dict]]], levels: tuple[int, ...]) -> lis
                          "requests_per_s": statistics.median(rps),
                          "ttft_ms_median": statistics.median(rep[i]["ttft_ms_median"] for rep in reps),
                          "ttft_ms_max": max(rep[i]["ttft_ms_max"] for rep in reps),
+                         "embeddings_per_s": statistics.median(rep[i]["embeddings_per_s"] for rep in reps),
                          "ratio": median_range(ratios)})
     return rows
 
@@ -274,7 +293,10 @@ def soak(url: str, pid: int, clients: int, requests: int, prompt_words: int, n_g
             if i is None:
                 return
             try:
-                _streamed_request(api, i, prompt_words, n_gen)
+                if i % SOAK_EMBED_EVERY == SOAK_EMBED_EVERY - 1:
+                    _embedding_request(api, i, prompt_words)
+                else:
+                    _streamed_request(api, i, prompt_words, n_gen)
             except openai.OpenAIError as e:
                 errors.append(f"request {i}: {type(e).__name__}: {e}")
             ends.append(time.perf_counter() - start)

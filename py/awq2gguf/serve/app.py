@@ -16,7 +16,7 @@ from .engine import EngineAPI, error_message
 from .limits import Admission, Limits, OpenAIError
 from .metrics import FrontMetrics
 from .options import ServeOptions
-from .bodies import request_models
+from .bodies import RequestModels, request_models
 
 PAGE_PATH = "/chat"
 API_PREFIX = "/v1/"
@@ -31,7 +31,7 @@ def _validation_error(_request, error: RequestValidationError) -> JSONResponse:
             return OpenAIError(400, f"the request body is not valid JSON: {e['ctx']['error']}", "invalid_json").response()
         if tuple(e["loc"]) == ("body",) and e["type"] == "model_attributes_type":
             return OpenAIError(400, "the request body must be a JSON object", "invalid_json").response()
-    fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+    fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in errors)
     return OpenAIError(400, f"invalid request: {fields}", "invalid_request").response()
 
 
@@ -148,12 +148,22 @@ def as_llama_server_takes(path: str, body: dict, takes_tools: bool) -> dict:
     return body
 
 
-def create_app(opts: ServeOptions, engine: EngineAPI):
+def _served_model(opts: ServeOptions, name: str | None) -> None:
+    """404 for a `model` that names another model than this server's (absent or null: this one)."""
+    if name is not None and name not in opts.names:
+        raise OpenAIError(404, f"the model {name!r} is not served here, only {' or '.join(map(repr, opts.names))} "
+                               "(see /v1/models)", "model_not_found")
+
+
+def create_app(opts: ServeOptions, engine: EngineAPI, embedder: EngineAPI | None = None):
+    """The app in front of the chat engine, and of the embedding engine if there is one."""
     admission = Admission(opts.limits.queue)
     app = FastAPI(title="awq2gguf-serve", summary=f"{opts.model.name} on the {opts.build} llama.cpp build",
                   exception_handlers={RequestValidationError: _validation_error, HTTPException: _http_error,
                                       OpenAIError: lambda _request, e: e.response()})
-    _add_generation_routes(app, opts, engine, admission)
+    bodies = request_models(opts.limits.max_tokens, engine.facts.n_vocab, engine.facts.n_embd)
+    _add_generation_routes(app, opts, engine, admission, bodies)
+    _add_embeddings_route(app, opts, embedder, bodies.embedding)
     _add_models_route(app, opts)
     front_metrics = _add_metrics_route(app, engine, admission)
     if opts.page:
@@ -164,38 +174,50 @@ def create_app(opts: ServeOptions, engine: EngineAPI):
     return _Gate(app, opts.api_key, opts.limits.max_body_bytes, front_metrics)
 
 
-def _add_generation_routes(app: FastAPI, opts: ServeOptions, engine: EngineAPI, admission: Admission):
+async def _sent(engine: EngineAPI, path: str, body: dict, admission: Admission):
+    """(llama-server's response, its body not read yet; what releases the request's place in the queue)."""
+    release = admission.enter()
+    try:
+        return await engine.send(path, body), release
+    except BaseException:
+        release()
+        raise
+
+
+async def _answer_of(engine: EngineAPI, upstream: httpx.Response, release) -> Response:
+    """llama-server's whole answer, the request's place released once it is read."""
+    try:
+        content = await upstream.aread()
+    finally:
+        await upstream.aclose()
+        release()
+    if upstream.status_code == 500 and engine.failure is None:
+        # llama-server's 500 is an exception its handler met in this request (a tool's schema it
+        # cannot compile, a message it cannot template): the request's, with llama-server's reason
+        raise OpenAIError(400, f"llama-server cannot serve this request: {error_message(upstream)}", "invalid_request")
+    return Response(content, upstream.status_code, media_type=upstream.headers.get("content-type"))
+
+
+def _add_generation_routes(app: FastAPI, opts: ServeOptions, engine: EngineAPI, admission: Admission,
+                           bodies: RequestModels):
     """/v1/completions and /v1/chat/completions: checked against the limits, queued, sent to llama-server."""
     limits: Limits = opts.limits
-    CompletionRequest, ChatRequest = request_models(limits.max_tokens, engine.n_vocab)
+    CompletionRequest, ChatRequest = bodies.completion, bodies.chat
 
     async def generate(path: str, request: BaseModel) -> Response:
-        body = as_llama_server_takes(path, request.model_dump(exclude_none=True, by_alias=True), engine.takes_tools)
-        body["model"] = opts.alias
+        _served_model(opts, request.model)
+        body = as_llama_server_takes(path, request.model_dump(exclude_none=True, by_alias=True),
+                                     engine.facts.takes_tools)
+        body["model"] = opts.name
         body.setdefault("max_tokens", limits.max_tokens)
         if refusal := limits.max_tokens_refusal(body["max_tokens"]):
             raise refusal
         if refusal := limits.prompt_refusal(await engine.prompt_tokens(path, body)):
             raise refusal
-        release = admission.enter()
-        try:
-            upstream = await engine.send(path, body)
-        except BaseException:
-            release()
-            raise
+        upstream, release = await _sent(engine, path, body, admission)
         if upstream.status_code == 200 and body.get("stream"):
             return _Relay(upstream, release)
-        try:
-            content = await upstream.aread()
-        finally:
-            await upstream.aclose()
-            release()
-        if upstream.status_code == 500 and engine.failure is None:
-            # llama-server's 500 is an exception its handler met in this request (a tool's schema it
-            # cannot compile, a message it cannot template): the request's, with llama-server's reason
-            raise OpenAIError(400, f"llama-server cannot serve this request: {error_message(upstream)}",
-                              "invalid_request")
-        return Response(content, upstream.status_code, media_type=upstream.headers.get("content-type"))
+        return await _answer_of(engine, upstream, release)
 
     @app.post("/v1/completions")
     async def completions(request: CompletionRequest) -> Response:
@@ -206,11 +228,36 @@ def _add_generation_routes(app: FastAPI, opts: ServeOptions, engine: EngineAPI, 
         return await generate("/v1/chat/completions", request)
 
 
+def _add_embeddings_route(app: FastAPI, opts: ServeOptions, embedder: EngineAPI | None, EmbeddingRequest):
+    """/v1/embeddings on the embedding engine, with a queue of its own: each input checked against the
+    prompt limit (the engine's batch), then sent as it came."""
+    if embedder is None:
+        @app.post("/v1/embeddings", include_in_schema=False)
+        def no_embeddings():
+            raise OpenAIError(404, "this server serves no embeddings (it was started with --no-embeddings or --rpc)",
+                              "unsupported")
+        return
+    admission = Admission(opts.limits.queue)
+
+    @app.post("/v1/embeddings")
+    async def embeddings(request: EmbeddingRequest) -> Response:
+        _served_model(opts, request.model)
+        body = {**request.model_dump(exclude_none=True), "model": opts.name}
+        inputs = body["input"]
+        inputs = [inputs] if isinstance(inputs, str) or isinstance(inputs[0], int) else inputs
+        for i, one in enumerate(inputs):
+            n = len(one) if isinstance(one, list) else await embedder.text_tokens(one)
+            if refusal := opts.limits.prompt_refusal(n, f"input {i}" if len(inputs) > 1 else "the input"):
+                raise refusal
+        return await _answer_of(embedder, *await _sent(embedder, "/v1/embeddings", body, admission))
+
+
 def _add_models_route(app: FastAPI, opts: ServeOptions):
     @app.get("/v1/models")
     def models() -> dict:
-        return {"object": "list", "data": [{"id": opts.alias, "object": "model", "owned_by": "awq2gguf",
-                                            "created": int(opts.model.stat().st_mtime)}]}
+        created = int(opts.model.stat().st_mtime)
+        return {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "awq2gguf", "created": created}
+                                           for name in opts.names]}
 
 
 def _add_metrics_route(app: FastAPI, engine: EngineAPI, admission: Admission) -> FrontMetrics:

@@ -6,6 +6,7 @@ import ipaddress
 import signal
 import socket
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -13,7 +14,7 @@ import click
 from ..cli_options import RPC, THREADS, build_option
 from ..cli_base import Command
 from ..processes import LOOPBACK
-from .limits import Limits
+from .limits import DEFAULT_MAX_BODY_MIB, Limits
 from .options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION, ServeOptions
 
 DEFAULT_PARALLEL = 4  # measured in bench/results/README.md: batching 4 answers multiplies decode tokens/s
@@ -55,7 +56,19 @@ def _gguf(_ctx, _param, path: Path | None) -> Path | None:
               help="Answers decoded together (llama-server's slots): one pass over the weights serves them all. "
                    "Each holds a whole --ctx of KV cache.")
 @click.option("--queue", type=click.IntRange(min=1), default=16, show_default=True,
-              help="Generation requests running or waiting at once; more get 503.")
+              help="Generation requests running or waiting at once, and as many embedding requests; more get 503 "
+                   "(with Retry-After).")
+@click.option("--max-body", "max_body_mib", type=click.IntRange(min=1), default=DEFAULT_MAX_BODY_MIB,
+              show_default=True, metavar="MIB", help="Largest request body; a bigger one gets 413 before it is read.")
+@click.option("--alias", "aliases", multiple=True, metavar="NAME",
+              help="Another name a request's `model` may give (repeatable): /v1/models lists the file's stem and "
+                   "these; any other name gets 404.")
+@click.option("--embeddings/--no-embeddings", default=None,
+              help="/v1/embeddings, on an engine of its own (a second llama-server on the same file, so that "
+                   "chat keeps its slots): one input of up to --max-prompt-tokens at a time, vectors L2-normalized.  "
+                   "[default: on, but off with --rpc: an rpc-server serves one engine]")
+@click.option("--pooling", type=click.Choice(["mean", "last", "cls"]),
+              help="How an input's token vectors make its embedding.  [default: the file's own, else mean]")
 @click.option("--prompt-cache", "prompt_cache_mib", type=click.IntRange(min=0), default=DEFAULT_PROMPT_CACHE_MIB,
               show_default=True, metavar="MIB",
               help="Host memory for the KV of finished prompts: a request that starts with one (the next turn of a "
@@ -75,12 +88,14 @@ def _gguf(_ctx, _param, path: Path | None) -> Path | None:
               help="On SIGTERM or Ctrl-C, seconds the open answers get to finish before they are cut (new connections "
                    "are refused at once).")
 def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_prompt_tokens, parallel, queue,
-         prompt_cache_mib, spec, draft, rpc, page, shutdown_timeout):
+         max_body_mib, aliases, embeddings, pooling, prompt_cache_mib, spec, draft, rpc, page, shutdown_timeout):
     """Serve MODEL.gguf: an OpenAI-compatible API under /v1 and a chat page at /chat (unless --no-page).
 
     The build's llama-server runs the model, decoding up to --parallel answers together (the
-    others wait their turn); this server in front of it checks the key and the limits: a full
-    queue answers 503, over-long prompts and answers 400, malformed requests 400. The chat page
+    others wait their turn); a second one serves /v1/embeddings (unless --no-embeddings). This
+    server in front of them checks the key and the limits: a full queue answers 503, a body over
+    --max-body 413, another model's name 404, over-long prompts and answers 400, malformed
+    requests 400 naming the field (types are strict: "10" is not a number). The chat page
     streams each answer, shows its prefill and decode speed, and how the GGUF was made (its
     awq2gguf metadata). SIGTERM or Ctrl-C lets the open answers finish (up to --shutdown-timeout),
     then exits. If llama-server exits on its own (an rpc-server gone, out of memory), requests get
@@ -95,6 +110,9 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
                                f"is more than --ctx {ctx}")
     if parallel > queue:
         raise click.UsageError(f"--parallel {parallel} is more than --queue {queue}: the extra slots would never run")
+    if embeddings and rpc:
+        raise click.UsageError("--embeddings cannot go with --rpc: an rpc-server serves one engine, the chat's")
+    embeddings = not rpc if embeddings is None else embeddings
     if not api_key and not _is_loopback(host):
         raise click.UsageError(f"--host {host} exposes the server beyond this machine: give it an --api-key "
                                "(or AWQ2GGUF_API_KEY)")
@@ -103,10 +121,13 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
     from .app import PAGE_PATH, create_app
     from .engine import running_engine
 
-    opts = ServeOptions(model, build_name, threads, ctx, parallel, Limits(max_prompt_tokens, max_tokens, queue), api_key,
-                        rpc, page, prompt_cache_mib, spec, draft)
-    with running_engine(opts) as engine:
-        app = create_app(opts, engine)
+    limits = Limits(max_prompt_tokens, max_tokens, queue, max_body_mib << 20)
+    opts = ServeOptions(model, build_name, threads, ctx, parallel, limits, api_key, rpc, page, prompt_cache_mib, spec,
+                        draft, aliases, embeddings, pooling)
+    with running_engine(opts) as engine, \
+            (running_engine(opts, embeddings=True) if embeddings else nullcontext()) as embedder:
+        engines = [e for e in (engine, embedder) if e]
+        app = create_app(opts, engine, embedder)
         shown = f"[{host}]" if ":" in host else host
         click.echo(f"serving {model.name} with the {build_name} build's llama-server ({parallel} answers at once) on "
                    f"http://{shown}:{port}: OpenAI API at /v1" + (f", chat page at {PAGE_PATH}" if page else ""), err=True)
@@ -117,8 +138,10 @@ def main(model, build_name, host, port, api_key, threads, ctx, max_tokens, max_p
         signal.signal(signal.SIGINT, lambda *_: sys.exit(128 + signal.SIGINT))
         server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
                                                timeout_graceful_shutdown=shutdown_timeout))
-        engine.on_failure = lambda: setattr(server, "should_exit", True)
-        if engine.failure is None:  # (it may have exited before on_failure was set)
+        for e in engines:
+            e.on_failure = lambda: setattr(server, "should_exit", True)
+        if not any(e.failure for e in engines):  # (one may have exited before on_failure was set)
             server.run()
-        if engine.failure:
-            raise engine.failure
+        for e in engines:
+            if e.failure:
+                raise e.failure

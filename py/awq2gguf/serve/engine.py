@@ -13,9 +13,10 @@ import subprocess
 import threading
 from contextlib import contextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, NamedTuple
 
 import httpx
+from gguf import GGUFReader, PoolingType
 
 from ..builds import get_build
 from ..errors import Awq2ggufError, tool_failure
@@ -44,25 +45,54 @@ def speculation_args(opts: ServeOptions) -> list[str]:
     return ["--spec-type", ",".join(types), *ngram.args, *draft]
 
 
-def engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
-    return [str(server), "--model", str(opts.model), "--alias", opts.alias,
+def _served_args(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
+    """What both engines take: the model under its name, a private port and key, the threads."""
+    return [str(server), "--model", str(opts.model), "--alias", opts.name,
             "--host", LOOPBACK, "--port", str(port), "--api-key", key,
+            "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
+            "--no-webui", "--no-slots", "--metrics"]
+
+
+def engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
+    return [*_served_args(server, opts, port, key),
             # every slot holds a whole request's context
             "--parallel", str(opts.parallel), "--ctx-size", str(opts.ctx * opts.parallel),
-            "--threads", str(opts.threads), "--threads-batch", str(opts.threads),
-            "--n-predict", str(opts.limits.max_tokens), "--no-webui", "--no-slots", "--metrics",
+            "--n-predict", str(opts.limits.max_tokens),
             # finished prompts' KV kept in host memory, at most this many MiB
-            "--cache-ram", str(opts.prompt_cache_mib),
-            *speculation_args(opts), *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
+            "--cache-ram", str(opts.prompt_cache_mib), *speculation_args(opts),
+            *(["--rpc", ",".join(opts.rpc)] if opts.rpc else [])]
+
+
+def embedding_pooling(model: Path) -> str:
+    """The file's own pooling (an embedding model's converter writes one), else mean: a chat model has
+    none, and llama-server's OpenAI route needs one."""
+    fields = GGUFReader(model).fields
+    arch = fields["general.architecture"].contents()
+    field = fields.get(f"{arch}.pooling_type")
+    pooling = PoolingType(field.contents()) if field else PoolingType.NONE
+    return "mean" if pooling == PoolingType.NONE else pooling.name.lower()
+
+
+def embedding_engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
+    """An engine for /v1/embeddings alone, so that chat keeps its slots: one input at a time, a whole
+    input in one batch (pooling needs all its tokens at once), vectors L2-normalized (llama-server's
+    default). Its weights are the file's own pages, shared with the chat engine's through the page
+    cache: repacking them would hold a second copy in memory."""
+    n = str(opts.limits.max_prompt_tokens)
+    return [*_served_args(server, opts, port, key), "--embeddings",
+            "--pooling", opts.pooling or embedding_pooling(opts.model), "--parallel", "1",
+            "--ctx-size", n, "--batch-size", n, "--ubatch-size", n, "--cache-ram", "0", "--no-repack"]
 
 
 @contextmanager
-def running_engine(opts: ServeOptions, timeout: float = 600):
-    """Yields an EngineAPI once llama-server has loaded the model; stops it on exit."""
+def running_engine(opts: ServeOptions, embeddings: bool = False, timeout: float = 600):
+    """Yields an EngineAPI once llama-server (the chat engine, or the embedding engine) has loaded the
+    model; stops it on exit."""
     build = get_build(opts.build)
     check_reachable(opts.rpc)
     port, key = free_port(), secrets.token_hex(16)
-    cmd = engine_command(build.tool("llama-server"), opts, port, key)
+    cmd = (embedding_engine_command if embeddings else engine_command)(build.tool("llama-server"), opts, port, key)
+    name = f"llama-server{' for embeddings' if embeddings else ''} ({opts.build} build)"
     url = f"http://{LOOPBACK}:{port}"
     stopping = threading.Event()
     # GGML_NO_BACKTRACE: an abort's reason stays in the last lines quoted, not pushed out by gdb's backtrace.
@@ -71,17 +101,16 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
     with spawned(cmd, env={**build.env(), "GGML_NO_BACKTRACE": "1"}, stdin=subprocess.DEVNULL, keep_lines=LOG_LINES,
                  die_with_parent=True, own_group=True) as child:
         try:
-            wait_until_ready(child, f"llama-server ({opts.build} build) on {opts.model.name}", timeout, EngineFailed,
+            wait_until_ready(child, f"{name} on {opts.model.name}", timeout, EngineFailed,
                              url=f"{url}/health")  # 503 while loading
-            engine = EngineAPI(url, key, *_model_facts(url, key))
+            engine = EngineAPI(url, key, _model_facts(url, key))
 
             def watch():
                 """An engine that exits on its own (an rpc-server gone, killed for memory) cannot be
                 brought back with its state: awq2gguf-serve reports it and stops, for its supervisor."""
                 child.process.wait()
                 if not stopping.is_set():
-                    engine.failure = tool_failure(f"llama-server ({opts.build} build)", child.process.returncode,
-                                                  child.output(), EngineFailed)
+                    engine.failure = tool_failure(name, child.process.returncode, child.output(), EngineFailed)
                     engine.on_failure()
 
             threading.Thread(target=watch, daemon=True).start()
@@ -90,18 +119,25 @@ def running_engine(opts: ServeOptions, timeout: float = 600):
             stopping.set()
 
 
-def _model_facts(url: str, key: str) -> tuple[int, bool]:
-    """(the model's vocabulary size, whether its chat template takes tools), as llama-server read them."""
+class ModelFacts(NamedTuple):
+    n_vocab: int
+    n_embd: int
+    takes_tools: bool  # whether its chat template does
+
+
+def _model_facts(url: str, key: str) -> ModelFacts:
+    """The model as llama-server read it."""
     def get(path: str) -> dict:
         return httpx.get(f"{url}{path}", headers={"Authorization": f"Bearer {key}"}, timeout=30).json()
-    return get("/v1/models")["data"][0]["meta"]["n_vocab"], get("/props")["chat_template_caps"]["supports_tools"]
+    meta = get("/v1/models")["data"][0]["meta"]
+    return ModelFacts(meta["n_vocab"], meta["n_embd"], get("/props")["chat_template_caps"]["supports_tools"])
 
 
 class EngineAPI:
     """Calls to llama-server. Its HTTP client is made on first use, inside the server's event loop."""
 
-    def __init__(self, url: str, key: str, n_vocab: int, takes_tools: bool):
-        self.url, self.key, self.n_vocab, self.takes_tools = url, key, n_vocab, takes_tools
+    def __init__(self, url: str, key: str, facts: ModelFacts):
+        self.url, self.key, self.facts = url, key, facts
         self._client: httpx.AsyncClient | None = None
         self.failure: EngineFailed | None = None  # why llama-server exited while serving
         self.on_failure: Callable[[], None] = lambda: None  # called from another thread when it does
@@ -133,7 +169,11 @@ class EngineAPI:
             prompt = (await self._json("/apply-template", body))["prompt"]
         elif isinstance(prompt, list):  # token ids
             return len(prompt)
-        return len((await self._json("/tokenize", {"content": prompt, "add_special": True}))["tokens"])
+        return await self.text_tokens(prompt)
+
+    async def text_tokens(self, text: str) -> int:
+        """Tokens of a text as llama-server evaluates it (BOS included)."""
+        return len((await self._json("/tokenize", {"content": text, "add_special": True}))["tokens"])
 
     async def send(self, path: str, body: dict) -> httpx.Response:
         """llama-server's response, its body not read yet (the caller streams it, then closes it); 503

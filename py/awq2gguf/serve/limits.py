@@ -8,10 +8,9 @@ from typing import Callable
 
 from fastapi.responses import JSONResponse
 
-# Bytes a request body may take per prompt token the server accepts, on top of a fixed allowance
-# for the rest of the request: far more than any tokenizer's longest token needs.
-BODY_BYTES_PER_TOKEN = 64
-BODY_BYTES_BASE = 1 << 20
+# A request body's bytes, at most: room for a whole context of text or token ids, and for a batch of
+# embedding inputs; refused (413) before more than this is read.
+DEFAULT_MAX_BODY_MIB = 8
 
 
 @dataclass(frozen=True)
@@ -19,16 +18,14 @@ class Limits:
     max_prompt_tokens: int
     max_tokens: int
     queue: int
+    max_body_bytes: int = DEFAULT_MAX_BODY_MIB << 20
 
-    @property
-    def max_body_bytes(self) -> int:
-        return BODY_BYTES_BASE + BODY_BYTES_PER_TOKEN * self.max_prompt_tokens
-
-    def prompt_refusal(self, n: int) -> OpenAIError | None:
+    def prompt_refusal(self, n: int, what: str = "the prompt") -> OpenAIError | None:
+        """For a prompt (or an embedding's input) of n tokens."""
         if n == 0:  # nothing to continue from (a model without a BOS token, an empty prompt)
-            return OpenAIError(400, "the prompt is empty", "empty_prompt")
+            return OpenAIError(400, f"{what} is empty", "empty_prompt")
         if n > self.max_prompt_tokens:
-            return OpenAIError(400, f"the prompt is {n} tokens, over this server's limit of {self.max_prompt_tokens}",
+            return OpenAIError(400, f"{what} is {n} tokens, over this server's limit of {self.max_prompt_tokens}",
                                "context_length_exceeded")
         return None
 
@@ -39,12 +36,16 @@ class Limits:
         return None
 
 
+RETRY_AFTER_S = 1  # what a 503 tells the client to wait: a place in the queue frees within an answer
+
+
 class OpenAIError(Exception):
-    """A refusal as the client gets it: status, message, code (and headers)."""
+    """A refusal as the client gets it: status, message, code (and headers; a 503's say when to retry)."""
 
     def __init__(self, status: int, message: str, code: str, headers: dict[str, str] | None = None):
         super().__init__(message)
-        self.status, self.message, self.code, self.headers = status, message, code, headers or {}
+        headers = {**({"retry-after": str(RETRY_AFTER_S)} if status == 503 else {}), **(headers or {})}
+        self.status, self.message, self.code, self.headers = status, message, code, headers
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": "invalid_request_error" if self.status < 500 else
@@ -66,7 +67,7 @@ class Admission:
         which may be called more than once."""
         if self.in_flight >= self.queue:
             raise OpenAIError(503, f"the server is busy: {self.in_flight} requests are already running or waiting "
-                                   f"(queue of {self.queue}); retry later", "server_busy", {"retry-after": "1"})
+                                   f"(queue of {self.queue}); retry later", "server_busy")
         self.in_flight += 1
         released = False
 

@@ -41,8 +41,16 @@ class ServeOptions:
     prompt_cache_mib: int = DEFAULT_PROMPT_CACHE_MIB  # finished prompts' KV, for later prompts that start so
     spec: str = "none"  # a key of SPECULATION: how llama-server drafts tokens without a draft model
     draft: Path | None = None  # a small GGUF with the model's vocabulary that drafts tokens for it to verify
+    aliases: tuple[str, ...] = ()  # names a request's `model` may give besides the file's stem
+    embeddings: bool = True  # /v1/embeddings, served by an engine of its own
+    pooling: str | None = None  # how a text's token vectors become its embedding; None: embedding_pooling()
 
     @property
-    def alias(self) -> str:
+    def name(self) -> str:
         """The model's name in every answer: the file's stem, not a path of the serving machine."""
         return self.model.stem
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """What /v1/models lists and a request's `model` may say."""
+        return (self.name, *(a for a in self.aliases if a != self.name))

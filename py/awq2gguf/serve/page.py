@@ -48,7 +48,7 @@ def mount(app, opts: ServeOptions, engine: EngineAPI, admission: Admission, path
     async def respond(message: str, history: list[dict]):
         messages = [{"role": m["role"], "content": _text(m["content"])} for m in history]
         messages.append({"role": "user", "content": message})
-        body = {"model": opts.alias, "messages": messages, "max_tokens": opts.limits.max_tokens}
+        body = {"model": opts.name, "messages": messages, "max_tokens": opts.limits.max_tokens}
         try:
             if refusal := opts.limits.prompt_refusal(await engine.prompt_tokens(CHAT_PATH, body)):
                 raise refusal
@@ -68,7 +68,7 @@ def mount(app, opts: ServeOptions, engine: EngineAPI, admission: Admission, path
         finally:
             release()
 
-    with gr.Blocks(title=f"{opts.alias} · awq2gguf") as page:
+    with gr.Blocks(title=f"{opts.name} · awq2gguf") as page:
         gr.Markdown(f"### {opts.model.name}\n{opts.build} llama.cpp build · {opts.threads} threads · "
                     f"{opts.parallel} answers decoded together · context {opts.ctx} tokens · "
                     f"answers up to {opts.limits.max_tokens} tokens")

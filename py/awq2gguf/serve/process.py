@@ -24,6 +24,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The model name served()'s clients ask for: the server also answers to the file's stem, and 404s any other.
+CLIENT_ALIAS = "served"
+
+
 class Served(NamedTuple):
     url: str  # http://LOOPBACK:PORT
     process: subprocess.Popen
@@ -32,10 +36,10 @@ class Served(NamedTuple):
 
 @contextmanager
 def served(model: Path, build: str, threads: int, *args: str, api_key: str | None = None, timeout: float = 180):
-    """Yields the server once it answers; stops it on exit."""
+    """Yields the server once it answers (to the name CLIENT_ALIAS too); stops it on exit."""
     port = free_port()
     cmd = [sys.executable, "-m", "awq2gguf.serve", str(model), "--port", str(port), "--build", build,
-           "-t", str(threads), *(["--api-key", api_key] if api_key else []), *args]
+           "-t", str(threads), "--alias", CLIENT_ALIAS, *(["--api-key", api_key] if api_key else []), *args]
     url = f"http://{LOOPBACK}:{port}"
     with spawned(cmd) as child:
         wait_until_ready(child, f"awq2gguf-serve ({build} build)", timeout, ServeFailed, url=f"{url}/v1/models",

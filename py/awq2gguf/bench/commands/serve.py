@@ -11,8 +11,8 @@ import click
 from ...builds import get_build
 from ...serve.cli import DEFAULT_PARALLEL
 from ...serve.options import DEFAULT_PROMPT_CACHE_MIB, SPECULATION
-from ..serve import (ServerConfig, bench_served, chat_turns, load_levels, on_servers, soak, speculation_run,
-                     summarise, summarise_chat, summarise_soak, summarise_speculation)
+from ..serve import (SOAK_EMBED_EVERY, ServerConfig, bench_served, chat_turns, load_levels, on_servers, soak,
+                     speculation_run, summarise, summarise_chat, summarise_soak, summarise_speculation)
 from ..serve_prompts import SPECULATION_PROMPTS
 from ..cli_shared import BUILDS, JSON, QTYPE, SHAPE, THREADS, check_machine, comma_ints, finish, log, progress
 from ..models import quantized_by, synthetic_f16
@@ -50,6 +50,7 @@ class ServeRow:
     ttft_ms_median: float
     ttft_ms_max: float  # the largest over the repetitions
     ratio: dict  # requests/s over the first server's, paired per repetition: median, min, max
+    embeddings_per_s: float | None = None  # of one such prompt each (not in reports before 2026-12-07)
 
 
 @report_kinds("serve")
@@ -71,10 +72,11 @@ class ServeReport(Report):
                  f"+ {self.n_gen} tokens, {self.requests_per_client} per client, {self.threads} thread(s), "
                  f"{self.reps} interleaved reps, median (min-max); a server is a build and its options")
         headers = ["server", "clients", "requests", "requests/s", "answer tokens/s", "first token ms (median)",
-                   "first token ms (max)", f"requests/s vs {base}"]
+                   "first token ms (max)", f"requests/s vs {base}", "embeddings/s (one prompt each)"]
         rows = [[r.build, str(r.clients), str(r.requests), f"{r.requests_per_s:.3f}",
                  f"{r.requests_per_s * self.n_gen:.1f}", f"{r.ttft_ms_median:.0f}", f"{r.ttft_ms_max:.0f}",
-                 "1" if r.build == base else spread(r.ratio, ".3f")] for r in self.rows]
+                 "1" if r.build == base else spread(r.ratio, ".3f"),
+                 "-" if r.embeddings_per_s is None else f"{r.embeddings_per_s:.2f}"] for r in self.rows]
         return Table(title, headers, rows)
 
 
@@ -112,7 +114,8 @@ class SoakReport(Report):
 
     def table(self) -> Table:
         title = (f"awq2gguf-serve soak, {Path(self.model).name}: {self.clients} clients streaming completions of "
-                 f"~{self.prompt_words} words + {self.n_gen} tokens, {self.threads} thread(s); RSS growth from the "
+                 f"~{self.prompt_words} words + {self.n_gen} tokens (every {SOAK_EMBED_EVERY}th request an embedding "
+                 f"of such a prompt instead), {self.threads} thread(s); RSS growth from the "
                  f"end of the first {SOAK_WARM_UP:.0%} of the requests to the largest after it")
         headers = ["server", "requests", "errors", "requests/s", f"requests/s in each {100 // SOAK_WINDOWS}% of the run",
                    "RSS after warm-up MiB", "RSS max MiB", "RSS growth", "RSS growth, second half"]
