@@ -271,14 +271,15 @@ EMBEDDED = ["The capital of France is Paris.", "Quantized weights take four bits
 
 def _llama_embedding(build, model, texts: list[str]) -> np.ndarray:
     """llama.cpp's own llama-embedding on the texts (one per line), pooled and normalized as served."""
-    out = build.run("llama-embedding", ["-m", str(model), "-t", "2", "--pooling", "mean", "--embd-normalize", "2",
-                                        "--embd-output-format", "json", "--no-repack", "-p", "\n".join(texts)])
+    out = build.run("llama-embedding", ["-m", str(model), "-t", "2", "--pooling", "last", "--embd-normalize", "2",
+                                        "--embd-output-format", "json", "-p", "\n".join(texts)])
     return np.array([d["embedding"] for d in json.loads(out.stdout)["data"]])
 
 
 def test_embeddings_equal_llama_embeddings_on_the_same_texts(short_server, smollm2_q4_0, builds):
     """The openai client's embeddings.create (which asks for base64), floats, and token ids: one
-    L2-normalized vector per input, equal to llama-embedding's (mean pooling: SmolLM2 has none of its own)."""
+    L2-normalized vector per input, equal to llama-embedding's (the last token's: SmolLM2 has no pooling of
+    its own)."""
     api = client(short_server.url)
     got = api.embeddings.create(model=CLIENT_ALIAS, input=EMBEDDED)
     vectors = np.array([d.embedding for d in got.data])

@@ -65,10 +65,12 @@ def _gguf(_ctx, _param, path: Path | None) -> Path | None:
                    "these; any other name gets 404.")
 @click.option("--embeddings/--no-embeddings", default=None,
               help="/v1/embeddings, on an engine of its own (a second llama-server on the same file, so that "
-                   "chat keeps its slots): one input of up to --max-prompt-tokens at a time, vectors L2-normalized.  "
+                   "chat keeps its slots; it holds a second copy of the weights): one input of up to "
+                   "--max-prompt-tokens at a time, vectors L2-normalized.  "
                    "[default: on, but off with --rpc: an rpc-server serves one engine]")
 @click.option("--pooling", type=click.Choice(["mean", "last", "cls"]),
-              help="How an input's token vectors make its embedding.  [default: the file's own, else mean]")
+              help="How an input's token vectors make its embedding (mean and cls need a whole input in one batch).  "
+                   "[default: the file's own, else last]")
 @click.option("--prompt-cache", "prompt_cache_mib", type=click.IntRange(min=0), default=DEFAULT_PROMPT_CACHE_MIB,
               show_default=True, metavar="MIB",
               help="Host memory for the KV of finished prompts: a request that starts with one (the next turn of a "

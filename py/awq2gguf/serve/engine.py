@@ -64,24 +64,29 @@ def engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> lis
 
 
 def embedding_pooling(model: Path) -> str:
-    """The file's own pooling (an embedding model's converter writes one), else mean: a chat model has
-    none, and llama-server's OpenAI route needs one."""
+    """The file's own pooling (an embedding model's converter writes one), else the last token's vector,
+    as LLM-based embedders (Qwen3-Embedding, E5-Mistral) pool: a chat model has none, llama-server's
+    OpenAI route needs one, and the last token's lets an input run in batches of any size."""
     fields = GGUFReader(model).fields
     arch = fields["general.architecture"].contents()
     field = fields.get(f"{arch}.pooling_type")
     pooling = PoolingType(field.contents()) if field else PoolingType.NONE
-    return "mean" if pooling == PoolingType.NONE else pooling.name.lower()
+    return "last" if pooling == PoolingType.NONE else pooling.name.lower()
+
+
+# Tokens per batch of the embedding engine. llama-server asks for every token's output, so its output
+# buffer holds a batch's logits: 512 x a 152k vocabulary is 311 MiB (bench/results, "Embeddings").
+EMBEDDING_BATCH = 512
 
 
 def embedding_engine_command(server: Path, opts: ServeOptions, port: int, key: str) -> list[str]:
-    """An engine for /v1/embeddings alone, so that chat keeps its slots: one input at a time, a whole
-    input in one batch (pooling needs all its tokens at once), vectors L2-normalized (llama-server's
-    default). Its weights are the file's own pages, shared with the chat engine's through the page
-    cache: repacking them would hold a second copy in memory."""
-    n = str(opts.limits.max_prompt_tokens)
-    return [*_served_args(server, opts, port, key), "--embeddings",
-            "--pooling", opts.pooling or embedding_pooling(opts.model), "--parallel", "1",
-            "--ctx-size", n, "--batch-size", n, "--ubatch-size", n, "--cache-ram", "0", "--no-repack"]
+    """An engine for /v1/embeddings alone, so that chat keeps its slots: one input at a time, vectors
+    L2-normalized (llama-server's default). Mean and CLS pooling need a whole input in one batch."""
+    pooling = opts.pooling or embedding_pooling(opts.model)
+    batch = str(EMBEDDING_BATCH if pooling == "last" else opts.limits.max_prompt_tokens)
+    return [*_served_args(server, opts, port, key), "--embeddings", "--pooling", pooling, "--parallel", "1",
+            "--ctx-size", str(opts.limits.max_prompt_tokens), "--batch-size", batch, "--ubatch-size", batch,
+            "--cache-ram", "0"]
 
 
 @contextmanager
